@@ -1,0 +1,246 @@
+// Package pgtest gives each test an isolated, migrated PostgreSQL database in
+// milliseconds: the migrations run once into a template database (named by a
+// hash of the migration files), and every test gets CREATE DATABASE ...
+// TEMPLATE of it. A failing test's database is kept and its URL logged.
+//
+// The server is TEST_DATABASE_URL when set (a superuser URL: tests create
+// databases). Otherwise Main starts one throwaway cluster from the local
+// PostgreSQL binaries for the whole `go test` run of the package and stops it
+// afterwards. When neither is possible the tests fail, saying how to provide
+// PostgreSQL; they never skip.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgcluster"
+	"github.com/pgoutbox/pgoutbox/migrations"
+)
+
+var (
+	adminURL string // server URL (any database) used to create test databases
+	startErr error  // why no server is available
+	cluster  *pgcluster.Cluster
+
+	tmplOnce sync.Once
+	tmplName string
+	tmplErr  error
+)
+
+// Main runs the package's tests with a PostgreSQL server. Call it from
+// TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		adminURL = u
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: pgcluster.TestSettings})
+		cancel()
+		if err != nil {
+			startErr = fmt.Errorf("no PostgreSQL for tests: TEST_DATABASE_URL is not set and a throwaway cluster could not be started: %w", err)
+		} else {
+			cluster = c
+			adminURL = c.URL()
+		}
+	}
+	code := m.Run()
+	if cluster != nil {
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+		}
+	}
+	return code
+}
+
+// Cluster returns the throwaway cluster started by Main, or nil when the tests
+// run against TEST_DATABASE_URL.
+func Cluster() *pgcluster.Cluster { return cluster }
+
+// AdminURL returns the server URL, failing the test when no server is
+// available.
+func AdminURL(t testing.TB) string {
+	t.Helper()
+	if startErr != nil {
+		t.Fatal(startErr)
+	}
+	if adminURL == "" {
+		t.Fatal("pgtest: no server: call pgtest.Main from TestMain")
+	}
+	return adminURL
+}
+
+// NewURL creates an isolated, migrated database for the test and returns its
+// URL. The database is dropped when the test passes and kept when it fails.
+func NewURL(t testing.TB) string {
+	t.Helper()
+	admin := AdminURL(t)
+	tmplOnce.Do(func() { tmplName, tmplErr = ensureTemplate(admin) })
+	if tmplErr != nil {
+		t.Fatal(tmplErr)
+	}
+	name := "pgoutbox_test_" + randHex(6)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := adminExec(ctx, admin, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmplName)); err != nil {
+		t.Fatalf("pgtest: create test database: %v", err)
+	}
+	u := withDatabase(admin, name)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pgtest: kept database of failed test: %s", u)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := adminExec(ctx, admin, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
+			t.Logf("pgtest: drop %s: %v", name, err)
+		}
+	})
+	return u
+}
+
+// NewPool returns a pool on a fresh isolated, migrated database, closed when
+// the test ends.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return Pool(t, NewURL(t))
+}
+
+// Pool opens a pool on url, closed when the test ends.
+func Pool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// ensureTemplate migrates a template database once per set of migrations. An
+// advisory lock serializes concurrent test binaries on the same server.
+func ensureTemplate(admin string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := "pgoutbox_tmpl_" + migrationsHash()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", fmt.Errorf("pgtest: connect to %s: %w (is the server running? set TEST_DATABASE_URL to a reachable superuser URL)", redact(admin), err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(7071)"); err != nil {
+		return "", fmt.Errorf("pgtest: lock: %w", err)
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(7071)") //nolint:errcheck
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("pgtest: %w", err)
+	}
+	if exists {
+		return name, nil
+	}
+	build := name + "_build"
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+build+" WITH (FORCE)"); err != nil {
+		return "", fmt.Errorf("pgtest: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+build); err != nil {
+		return "", fmt.Errorf("pgtest: create template: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(admin, build))
+	if err != nil {
+		return "", fmt.Errorf("pgtest: %w", err)
+	}
+	m, err := migrations.FromPool(pool)
+	if err == nil {
+		_, err = m.Up(ctx)
+		m.Close()
+	}
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("pgtest: migrate template: %w", err)
+	}
+	// Rename only once complete, so a crashed run never leaves a half-migrated
+	// template under the final name.
+	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", build, name)); err != nil {
+		return "", fmt.Errorf("pgtest: %w", err)
+	}
+	return name, nil
+}
+
+func adminExec(ctx context.Context, admin, sql string) error {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var lastErr error
+	for i := 0; i < 20; i++ {
+		if _, lastErr = conn.Exec(ctx, sql); lastErr == nil {
+			return nil
+		}
+		// Another test creating from the same template at the same moment.
+		if !strings.Contains(lastErr.Error(), "is being accessed by other users") {
+			return lastErr
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return lastErr
+}
+
+func migrationsHash() string {
+	h := sha256.New()
+	entries, _ := fs.Glob(migrations.FS(), "*.sql")
+	for _, e := range entries {
+		b, _ := fs.ReadFile(migrations.FS(), e)
+		h.Write([]byte(e))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+func withDatabase(raw, name string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		// keyword/value DSN
+		return raw + " dbname=" + name
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

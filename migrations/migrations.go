@@ -1,0 +1,156 @@
+// Package migrations embeds pgoutbox's goose migrations and applies them
+// through goose's Provider: no global registry, our own version table (so the
+// host application's goose history is never touched), and a PostgreSQL
+// session advisory lock so two processes migrating at once do not race.
+//
+// The same .sql files are sqlc's schema (sqlc.yaml points at this folder and
+// reads only the goose Up sections).
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// VersionTable is the goose version table pgoutbox records its migrations in.
+const VersionTable = "pgoutbox_migrations"
+
+// lockID is the advisory lock key held while migrating ("pgoutbox" in ASCII),
+// distinct from goose's default so a host application's own goose run is not
+// blocked by ours.
+const lockID int64 = 0x7067_6f75_7462_6f78
+
+// FS returns the embedded migration files.
+func FS() fs.FS { return files }
+
+// Latest is the highest migration version this build knows.
+func Latest() int64 {
+	var latest int64
+	entries, _ := fs.Glob(files, "*.sql")
+	for _, e := range entries {
+		var v int64
+		if _, err := fmt.Sscanf(e, "%d_", &v); err == nil && v > latest {
+			latest = v
+		}
+	}
+	return latest
+}
+
+// Migrator applies the embedded migrations to one database.
+type Migrator struct {
+	db       *sql.DB
+	provider *goose.Provider
+}
+
+// New returns a Migrator over a *sql.DB (any driver goose's postgres dialect
+// accepts; pgx's stdlib is the one we test).
+func New(db *sql.DB) (*Migrator, error) {
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: session locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
+		goose.WithTableName(VersionTable),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSessionLocker(locker),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return &Migrator{db: db, provider: p}, nil
+}
+
+// FromPool returns a Migrator that runs over a pgx pool. Close releases the
+// *sql.DB wrapper, not the pool.
+func FromPool(pool *pgxpool.Pool) (*Migrator, error) {
+	m, err := New(stdlib.OpenDBFromPool(pool))
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close releases the *sql.DB the Migrator was built over.
+func (m *Migrator) Close() error { return m.db.Close() }
+
+// Up applies every pending migration.
+func (m *Migrator) Up(ctx context.Context) ([]*goose.MigrationResult, error) {
+	res, err := m.provider.Up(ctx)
+	if err != nil {
+		return res, fmt.Errorf("migrations: up: %w", err)
+	}
+	return res, nil
+}
+
+// Down rolls back the most recent migration.
+func (m *Migrator) Down(ctx context.Context) (*goose.MigrationResult, error) {
+	res, err := m.provider.Down(ctx)
+	if err != nil {
+		return res, fmt.Errorf("migrations: down: %w", err)
+	}
+	return res, nil
+}
+
+// DownTo rolls back to version (0 = everything).
+func (m *Migrator) DownTo(ctx context.Context, version int64) ([]*goose.MigrationResult, error) {
+	res, err := m.provider.DownTo(ctx, version)
+	if err != nil {
+		return res, fmt.Errorf("migrations: down to %d: %w", version, err)
+	}
+	return res, nil
+}
+
+// Status reports every known migration and whether it is applied.
+func (m *Migrator) Status(ctx context.Context) ([]*goose.MigrationStatus, error) {
+	st, err := m.provider.Status(ctx)
+	if err != nil {
+		return st, fmt.Errorf("migrations: status: %w", err)
+	}
+	return st, nil
+}
+
+// Version returns the database's current version (0 when nothing is applied).
+func (m *Migrator) Version(ctx context.Context) (int64, error) {
+	v, err := m.provider.GetDBVersion(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("migrations: version: %w", err)
+	}
+	return v, nil
+}
+
+// ErrNotMigrated is returned by Check when the schema is missing or older
+// than this build.
+var ErrNotMigrated = errors.New("pgoutbox schema is not migrated (run `pgoutbox migrate up`)")
+
+// Check reports ErrNotMigrated unless every embedded migration is applied.
+// It reads the version table without creating it.
+func Check(ctx context.Context, pool *pgxpool.Pool) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", VersionTable).Scan(&exists); err != nil {
+		return fmt.Errorf("check schema: %w", err)
+	}
+	if !exists {
+		return fmt.Errorf("%w: version table %s not found", ErrNotMigrated, VersionTable)
+	}
+	var v int64
+	err := pool.QueryRow(ctx, "SELECT coalesce(max(version_id), 0) FROM "+VersionTable+" WHERE is_applied").Scan(&v)
+	if err != nil {
+		return fmt.Errorf("check schema: %w", err)
+	}
+	if v < Latest() {
+		return fmt.Errorf("%w: database at version %d, this build needs %d", ErrNotMigrated, v, Latest())
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+-- Operator queries: the dead list, redrive, skip, retention.
+
+-- OutboxListDead lists dead messages keyset-paged by id (pass the last id of
+-- the previous page as @after_id, 0 for the first), optionally filtered.
+-- Index: outbox_dead.
+-- name: OutboxListDead :many
+SELECT id, aggregate_type, aggregate_id, event_type, attempts, last_error, created_at, ordered
+  FROM outbox
+ WHERE status = 'dead'
+   AND id > @after_id::bigint
+   AND (sqlc.narg('event_type')::text IS NULL OR event_type = sqlc.narg('event_type')::text)
+   AND (sqlc.narg('aggregate_type')::text IS NULL OR aggregate_type = sqlc.narg('aggregate_type')::text)
+   AND (sqlc.narg('aggregate_id')::text IS NULL OR aggregate_id = sqlc.narg('aggregate_id')::text)
+ ORDER BY id
+ LIMIT sqlc.arg('limit')::integer;
+
+-- OutboxRedriveDead gives a dead message a fresh start: pending, attempts 0,
+-- available now. last_error keeps the history. The insert trigger does not
+-- fire on UPDATE, so callers NOTIFY (OutboxNotify) to wake dispatchers.
+-- 0 rows: no such id, or it is not dead (nothing changed).
+-- name: OutboxRedriveDead :execrows
+UPDATE outbox
+   SET status       = 'pending',
+       attempts     = 0,
+       available_at = now(),
+       done_at      = NULL
+ WHERE id = @id::bigint
+   AND status = 'dead';
+
+-- OutboxSkipDead resolves a dead message without delivering it: dead -> done,
+-- which unblocks an ordered aggregate. last_error keeps why it died, prefixed
+-- with the operator's reason.
+-- 0 rows: no such id, or it is not dead (nothing changed).
+-- name: OutboxSkipDead :execrows
+UPDATE outbox
+   SET status     = 'done',
+       done_at    = now(),
+       last_error = left('skipped: ' || coalesce(sqlc.narg('reason')::text, 'no reason given')
+                         || ' | ' || coalesce(last_error, ''), 500)
+ WHERE id = @id::bigint
+   AND status = 'dead';
+
+-- OutboxPurgeDone deletes at most @limit done rows older than @older_than
+-- (done_at, database clock). Bounded so each call is a short transaction;
+-- call it until it returns 0.
+-- name: OutboxPurgeDone :execrows
+DELETE FROM outbox
+ WHERE id IN (
+        SELECT id
+          FROM outbox
+         WHERE status = 'done'
+           AND done_at < now() - @older_than::interval
+         ORDER BY id
+         LIMIT sqlc.arg('limit')::integer);
+
+-- OutboxNotify wakes idle dispatchers (the channel the insert trigger uses).
+-- Delivered at COMMIT when run inside a transaction.
+-- name: OutboxNotify :exec
+SELECT pg_notify('outbox', '');

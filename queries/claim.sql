@@ -1,0 +1,171 @@
+-- Claims. Each runs as one autocommit statement (a short transaction): it
+-- writes ownership into the row (status, lease_owner, lease_until, and
+-- lease_version + 1, the fencing token) and COMMITs before anything is
+-- published. FOR UPDATE SKIP LOCKED only keeps two claims from taking the same
+-- row at the same moment; after COMMIT the columns carry the ownership.
+-- Attempts count here, at claim time, so a message that crashes every worker
+-- still reaches max attempts (see OutboxReap).
+
+-- OutboxClaim claims up to @batch unordered messages: pending rows whose
+-- available_at has come, first-come by id (the seed's CLAIM_SQL semantics).
+-- Expired leases (processing past lease_until with attempts left) are
+-- re-claimable as in the seed, but in isolation: when one exists, the claim
+-- returns that single row and nothing else, so a poison message that kills
+-- every worker that holds it costs only itself attempts, never the healthy
+-- messages that would otherwise be claimed beside it.
+-- Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
+-- Ordering: expired lease (oldest lease_until) alone, else pending by id.
+-- Indexes: outbox_leased for the expired branch, outbox_pending (partial:
+-- pending only) for the ready branch, so the cost does not grow with retained
+-- done/dead rows.
+-- 0 rows: nothing claimable right now (or every candidate is locked by a
+-- concurrent claim); not necessarily an empty queue.
+-- name: OutboxClaim :many
+WITH expired AS (
+    SELECT id
+      FROM outbox
+     WHERE status = 'processing'
+       AND lease_until < now()
+       AND attempts < @max_attempts::integer
+       AND NOT ordered
+     ORDER BY lease_until
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+),
+ready AS (
+    SELECT id
+      FROM outbox
+     WHERE status = 'pending'
+       AND available_at <= now()
+       AND NOT ordered
+       AND NOT EXISTS (SELECT 1 FROM expired)
+     ORDER BY id
+     LIMIT @batch::integer
+       FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT id FROM expired
+    UNION ALL
+    SELECT id FROM ready
+)
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = @owner::text,
+       lease_until   = now() + @lease::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+  FROM picked
+ WHERE o.id = picked.id
+RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
+          o.event_type, o.payload, o.headers, o.created_at;
+
+-- OutboxClaimOrdered claims up to @batch ordered messages, at most one per
+-- aggregate: the head, i.e. a row with no earlier pending/processing/dead row
+-- of the same aggregate_id. "Earlier" is (xid, id) order, where xid is the
+-- inserting transaction.
+--
+-- Why not the seed's NOT EXISTS (prev.id < o.id): an uncommitted row with a
+-- lower id is invisible, so a later row of the same aggregate looks like the
+-- head. Here a head is claimable only when its xid is below the snapshot's
+-- xmin horizon: every transaction with a smaller xid has ended, so every row
+-- that can ever sort before it in (xid, id) order is visible now (or will
+-- never exist). Ordering by id alone would not do: a transaction that took its
+-- xid earlier can still insert a later id. Trade-off: a long-running writing
+-- transaction anywhere in the database holds the horizon back and delays
+-- ordered heads (OutboxXactHorizon shows it).
+--
+-- Access path: a loose index scan over outbox_ordered_head (aggregate_id, xid,
+-- id), partial on undelivered ordered rows. Each step is one index descent to
+-- the next aggregate's first entry, which is its head; an aggregate blocked by
+-- a dead or in-flight head costs one descent, never a scan of its backlog.
+-- Aggregates are visited round-robin in aggregate_id order starting after
+-- @after_aggregate_id ('' = from the start); the dispatcher passes the last
+-- aggregate it claimed so every aggregate gets its turn.
+-- Expired leases: an expired processing ordered row is always its aggregate's
+-- head; when one exists it is claimed alone (isolation, as in OutboxClaim).
+-- Lock strategy: FOR UPDATE SKIP LOCKED on the chosen heads, whose status and
+-- availability are re-checked on the locked row version.
+-- 0 rows: no aggregate has a claimable head right now; it may be blocked by a
+-- dead head, a head in flight or in backoff, or an open transaction below the
+-- horizon.
+-- name: OutboxClaimOrdered :many
+WITH RECURSIVE expired AS (
+    SELECT id
+      FROM outbox
+     WHERE status = 'processing'
+       AND lease_until < now()
+       AND attempts < @max_attempts::integer
+       AND ordered
+     ORDER BY lease_until
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+),
+heads AS (
+    (SELECT h.aggregate_id, h.id, h.xid, h.status, h.available_at
+       FROM outbox AS h
+      WHERE h.ordered
+        AND h.status IN ('pending', 'processing', 'dead')
+        AND h.aggregate_id > @after_aggregate_id::text
+      ORDER BY h.aggregate_id, h.xid, h.id
+      LIMIT 1)
+    UNION ALL
+    SELECT nxt.aggregate_id, nxt.id, nxt.xid, nxt.status, nxt.available_at
+      FROM heads AS prev
+     CROSS JOIN LATERAL (
+        SELECT h.aggregate_id, h.id, h.xid, h.status, h.available_at
+          FROM outbox AS h
+         WHERE h.ordered
+           AND h.status IN ('pending', 'processing', 'dead')
+           AND h.aggregate_id > prev.aggregate_id
+         ORDER BY h.aggregate_id, h.xid, h.id
+         LIMIT 1
+     ) AS nxt
+),
+ready AS (
+    SELECT o.id
+      FROM outbox AS o
+     WHERE o.id IN (
+            SELECT heads.id
+              FROM heads
+             WHERE heads.status = 'pending'
+               AND heads.available_at <= now()
+               AND heads.xid < pg_snapshot_xmin(pg_current_snapshot())
+             LIMIT @batch::integer)
+       AND o.status = 'pending'
+       AND o.available_at <= now()
+       AND NOT EXISTS (SELECT 1 FROM expired)
+       FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT id FROM expired
+    UNION ALL
+    SELECT id FROM ready
+)
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = @owner::text,
+       lease_until   = now() + @lease::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+  FROM picked
+ WHERE o.id = picked.id
+RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
+          o.event_type, o.payload, o.headers, o.created_at;
+
+-- OutboxReap buries messages whose worker keeps dying: processing rows whose
+-- lease expired with every attempt spent go to dead. A poison message never
+-- reaches a finalize, so this is the only way it stops being claimed.
+-- Run it with every claim (the dispatcher does).
+-- Lock strategy: plain UPDATE; rows locked by a concurrent claim are waited
+-- for, and the claim cannot take them (attempts >= max).
+-- Index: outbox_leased.
+-- Rows affected: messages sent to dead now; 0 is the normal case.
+-- name: OutboxReap :execrows
+UPDATE outbox
+   SET status      = 'dead',
+       last_error  = 'lease expired after max attempts (worker crash?)',
+       lease_owner = NULL,
+       lease_until = NULL
+ WHERE status = 'processing'
+   AND lease_until < now()
+   AND attempts >= @max_attempts::integer;

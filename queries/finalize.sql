@@ -1,0 +1,108 @@
+-- Finalizes. Every write after a claim is fenced: it changes the row only if
+-- the row is still processing under the lease_version the claim returned.
+-- A worker whose lease expired and was taken over (lease_version moved on)
+-- gets 0 rows and must not touch the row; a worker whose lease expired but
+-- was NOT taken over still succeeds, because what decides is the generation,
+-- not the clock. Fencing protects the database state only: the message may
+-- already have been published, so downstream deduplicates by outbox id.
+-- Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
+
+-- OutboxMarkDone records a successful publish.
+-- 0 rows: lease lost (taken over, or reaped) — log it, do nothing else.
+-- name: OutboxMarkDone :execrows
+UPDATE outbox
+   SET status      = 'done',
+       done_at     = now(),
+       last_error  = NULL,
+       lease_owner = NULL,
+       lease_until = NULL
+ WHERE id = @id::bigint
+   AND status = 'processing'
+   AND lease_version = @lease_version::bigint;
+
+-- OutboxMarkDoneMany finalizes a batch of successful publishes in one
+-- statement, each row still fenced by its own lease_version.
+-- Returns the ids actually finalized; a missing id lost its lease.
+-- name: OutboxMarkDoneMany :many
+UPDATE outbox AS o
+   SET status      = 'done',
+       done_at     = now(),
+       last_error  = NULL,
+       lease_owner = NULL,
+       lease_until = NULL
+  FROM (SELECT unnest(@ids::bigint[])            AS id,
+               unnest(@lease_versions::bigint[]) AS lease_version) AS f
+ WHERE o.id = f.id
+   AND o.status = 'processing'
+   AND o.lease_version = f.lease_version
+RETURNING o.id;
+
+-- OutboxReschedule puts a message back to pending at now() + @delay: a
+-- retryable failure (attempt spent) or a business defer (@refund_attempt gives
+-- the attempt back, since a defer is not a failure). @error is kept in
+-- last_error, truncated to 500 characters.
+-- 0 rows: lease lost.
+-- name: OutboxReschedule :execrows
+UPDATE outbox
+   SET status       = 'pending',
+       available_at = now() + @delay::interval,
+       last_error   = left(@error::text, 500),
+       attempts     = attempts - CASE WHEN @refund_attempt::boolean THEN 1 ELSE 0 END,
+       lease_owner  = NULL,
+       lease_until  = NULL
+ WHERE id = @id::bigint
+   AND status = 'processing'
+   AND lease_version = @lease_version::bigint;
+
+-- OutboxDefer is the business defer with a deadline: back to pending at
+-- now() + @delay with the attempt refunded, unless the message is older than
+-- @max_age (measured on the database clock from created_at), in which case it
+-- goes to dead — defers could otherwise last forever.
+-- Returns the status written ('pending' or 'dead').
+-- No row (pgx.ErrNoRows): lease lost.
+-- name: OutboxDefer :one
+UPDATE outbox
+   SET status       = CASE WHEN created_at < now() - @max_age::interval THEN 'dead' ELSE 'pending' END,
+       available_at = CASE WHEN created_at < now() - @max_age::interval THEN available_at
+                           ELSE now() + @delay::interval END,
+       last_error   = left(CASE WHEN created_at < now() - @max_age::interval
+                                THEN 'deferred past max age: ' || @error::text
+                                ELSE 'deferred: ' || @error::text END, 500),
+       attempts     = attempts - 1,
+       lease_owner  = NULL,
+       lease_until  = NULL
+ WHERE id = @id::bigint
+   AND status = 'processing'
+   AND lease_version = @lease_version::bigint
+RETURNING status;
+
+-- OutboxMarkDead sends a message to dead for a person to look at: a permanent
+-- failure, or retries exhausted. In an ordered aggregate a dead head blocks
+-- the aggregate until someone redrives or skips it.
+-- 0 rows: lease lost.
+-- name: OutboxMarkDead :execrows
+UPDATE outbox
+   SET status      = 'dead',
+       last_error  = left(@error::text, 500),
+       lease_owner = NULL,
+       lease_until = NULL
+ WHERE id = @id::bigint
+   AND status = 'processing'
+   AND lease_version = @lease_version::bigint;
+
+-- OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
+-- shutdown, or a lease too close to expiry to start publishing): pending,
+-- available now, the attempt refunded because nothing was tried.
+-- Returns the number of rows handed back; a missing row lost its lease.
+-- name: OutboxReleaseMany :execrows
+UPDATE outbox AS o
+   SET status       = 'pending',
+       available_at = now(),
+       attempts     = o.attempts - 1,
+       lease_owner  = NULL,
+       lease_until  = NULL
+  FROM (SELECT unnest(@ids::bigint[])            AS id,
+               unnest(@lease_versions::bigint[]) AS lease_version) AS f
+ WHERE o.id = f.id
+   AND o.status = 'processing'
+   AND o.lease_version = f.lease_version;

@@ -1,0 +1,252 @@
+package queries_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+type bundle struct {
+	pool *pgxpool.Pool
+	q    *db.Queries
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	return &bundle{pool: pool, q: db.New(pool)}
+}
+
+// seed inserts n unordered events for aggregate agg and returns their ids.
+func (b *bundle) seed(t *testing.T, n int, agg string) []int64 {
+	return b.seedEvents(t, n, agg, false)
+}
+
+func (b *bundle) seedOrdered(t *testing.T, n int, agg string) []int64 {
+	return b.seedEvents(t, n, agg, true)
+}
+
+func (b *bundle) seedEvents(t *testing.T, n int, agg string, ordered bool) []int64 {
+	t.Helper()
+	ids := make([]int64, 0, n)
+	for i := 0; i < n; i++ {
+		id, err := b.q.OutboxEnqueue(context.Background(), db.OutboxEnqueueParams{
+			AggregateType: "order",
+			AggregateID:   agg,
+			EventType:     "OrderEvent",
+			Payload:       fmt.Appendf(nil, `{"n":%d}`, i),
+			Headers:       []byte(`{}`),
+			Ordered:       ordered,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+type claimed struct {
+	ID           int64
+	LeaseVersion int64
+	Attempts     int32
+	AggregateID  string
+}
+
+func (b *bundle) claim(t *testing.T, owner string, batch int, lease time.Duration, maxAttempts int) []claimed {
+	t.Helper()
+	rows, err := claimWith(context.Background(), b.q, owner, batch, lease, maxAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// claimWith runs the seed's claim(): reap, then claim, sorted by id.
+func claimWith(ctx context.Context, q *db.Queries, owner string, batch int, lease time.Duration, maxAttempts int) ([]claimed, error) {
+	if _, err := q.OutboxReap(ctx, int32(maxAttempts)); err != nil {
+		return nil, err
+	}
+	rows, err := q.OutboxClaim(ctx, db.OutboxClaimParams{
+		Owner: owner, Batch: int32(batch), Lease: lease, MaxAttempts: int32(maxAttempts),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]claimed, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, claimed{r.ID, r.LeaseVersion, r.Attempts, r.AggregateID})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (b *bundle) claimOrdered(t *testing.T, owner string, batch int) []claimed {
+	t.Helper()
+	rows, err := claimOrderedWith(context.Background(), b.q, owner, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func claimOrderedWith(ctx context.Context, q *db.Queries, owner string, batch int) ([]claimed, error) {
+	rows, err := q.OutboxClaimOrdered(ctx, db.OutboxClaimOrderedParams{
+		Owner: owner, Batch: int32(batch), Lease: time.Minute, MaxAttempts: 12,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]claimed, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, claimed{r.ID, r.LeaseVersion, r.Attempts, r.AggregateID})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (b *bundle) markDone(t *testing.T, c claimed) bool {
+	t.Helper()
+	n, err := b.q.OutboxMarkDone(context.Background(), db.OutboxMarkDoneParams{ID: c.ID, LeaseVersion: c.LeaseVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+type row struct {
+	Status       string
+	Attempts     int32
+	LeaseVersion int64
+	LastError    *string
+	Available    bool // available_at <= now()
+	LeaseOwner   *string
+}
+
+func (b *bundle) row(t *testing.T, id int64) row {
+	t.Helper()
+	var r row
+	err := b.pool.QueryRow(context.Background(),
+		`SELECT status, attempts, lease_version, last_error, available_at <= now(), lease_owner FROM outbox WHERE id = $1`, id).
+		Scan(&r.Status, &r.Attempts, &r.LeaseVersion, &r.LastError, &r.Available, &r.LeaseOwner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (b *bundle) countStatus(t *testing.T, status string) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE status = $1`, status).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The seed's publisher classification, as test doubles for dispatchOnce.
+type (
+	retryableErr struct{ msg string }
+	permanentErr struct{ msg string }
+	deferErr     struct {
+		delay  time.Duration
+		reason string
+	}
+)
+
+func (e retryableErr) Error() string { return e.msg }
+func (e permanentErr) Error() string { return e.msg }
+func (e deferErr) Error() string     { return e.reason }
+
+type publishFunc func(ctx context.Context, id int64, aggregateID string, payload []byte) error
+
+// dispatchOnce is the seed's section 4.1 loop over the generated queries:
+// claim (short tx, committed), publish outside any transaction, fenced
+// finalize by the outcome. It returns the number of messages claimed and the
+// number of fenced writes that found their lease lost.
+func dispatchOnce(ctx context.Context, q *db.Queries, publish publishFunc, owner string, batch int, lease time.Duration, maxAttempts int) (int, int, error) {
+	msgs, err := claimWith(ctx, q, owner, batch, lease, maxAttempts)
+	if err != nil {
+		return 0, 0, err
+	}
+	lost := 0
+	for _, m := range msgs {
+		var n int64
+		perr := publish(ctx, m.ID, m.AggregateID, nil)
+		var (
+			d deferErr
+			r retryableErr
+			p permanentErr
+		)
+		switch {
+		case perr == nil:
+			n, err = q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: m.ID, LeaseVersion: m.LeaseVersion})
+		case errors.As(perr, &d):
+			n, err = q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: m.ID, LeaseVersion: m.LeaseVersion,
+				Delay: d.delay, Error: "deferred: " + d.reason, RefundAttempt: true})
+		case errors.As(perr, &r):
+			if int(m.Attempts) >= maxAttempts {
+				n, err = q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: m.ID, LeaseVersion: m.LeaseVersion,
+					Error: "retries exhausted: " + r.Error()})
+			} else {
+				n, err = q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: m.ID, LeaseVersion: m.LeaseVersion,
+					Delay: fullJitter(int(m.Attempts), time.Millisecond, 10*time.Millisecond), Error: r.Error()})
+			}
+		case errors.As(perr, &p):
+			n, err = q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: m.ID, LeaseVersion: m.LeaseVersion, Error: p.Error()})
+		default:
+			return len(msgs), lost, perr // the seed does not catch unclassified errors
+		}
+		if err != nil {
+			return len(msgs), lost, err
+		}
+		if n == 0 {
+			lost++
+		}
+	}
+	return len(msgs), lost, nil
+}
+
+func fullJitter(attempt int, base, cap time.Duration) time.Duration {
+	d := base << attempt
+	if d > cap || d <= 0 {
+		d = cap
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// recorder counts publishes per id, safe for concurrent use.
+type recorder struct {
+	mu    sync.Mutex
+	count map[int64]int
+	order []int64
+}
+
+func newRecorder() *recorder { return &recorder{count: map[int64]int{}} }
+
+func (r *recorder) publish(_ context.Context, id int64, _ string, _ []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.count[id]++
+	r.order = append(r.order, id)
+	return nil
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
