@@ -1,0 +1,64 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Message is what a Publisher receives: one outbox row.
+type Message struct {
+	// ID is the outbox id as a decimal string: the idempotency key. It never
+	// changes across retries or lease takeovers, so downstream systems
+	// deduplicate on it (CloudEvents ce-id, Nats-Msg-Id, AMQP message_id,
+	// HTTP Idempotency-Key).
+	ID string
+	// OutboxID is the same id as a number.
+	OutboxID      int64
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	// Payload is the event's JSON document, exactly as stored.
+	Payload json.RawMessage
+	// Headers are transport metadata stored with the event (trace context,
+	// content type, tenant). Never nil.
+	Headers map[string]string
+	// Attempt is this delivery attempt, starting at 1 (attempts count at
+	// claim time, so a crash counts too).
+	Attempt int
+	// CreatedAt is when the producing transaction inserted the event
+	// (database clock).
+	CreatedAt time.Time
+	// Ordered reports that the event was enqueued with per-aggregate order.
+	Ordered bool
+}
+
+// IDString formats an outbox id as an idempotency key.
+func IDString(id int64) string { return strconv.FormatInt(id, 10) }
+
+// Publisher delivers one message to a downstream system. It is the thin
+// boundary that turns a client library's errors into the dispatcher's
+// classification: return nil on success, or an error wrapped with Retryable,
+// Defer or Permanent. How unclassified errors are treated is
+// Config.UnclassifiedErrors.
+//
+// Publish is called outside any database transaction, concurrently from
+// several goroutines, and may be called again for a message that was already
+// delivered (a lease takeover or a crash before finalize): the receiver must
+// deduplicate on Message.ID.
+type Publisher interface {
+	Publish(ctx context.Context, msg Message) error
+}
+
+// PublisherFunc adapts a function to Publisher.
+type PublisherFunc func(ctx context.Context, msg Message) error
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, msg Message) error { return f(ctx, msg) }
+
+// Pinger is implemented by publishers that can check their downstream is
+// reachable (used for readiness).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
