@@ -1,0 +1,105 @@
+package webhook
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+)
+
+// Defaults for Config.
+const (
+	// TimeoutDefault bounds one request, headers and body included.
+	TimeoutDefault = 10 * time.Second
+	// DeferStatusDefault is 425 Too Early: "this resource is not ready yet".
+	DeferStatusDefault = http.StatusTooEarly
+	// DeferDelayDefault is the defer delay when the receiver sends no usable
+	// Retry-After with Config.DeferStatus.
+	DeferDelayDefault = time.Minute
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// URL receives every message as a POST. It must be an absolute http or
+	// https URL with a host. Required.
+	URL string
+	// Secret, when set, signs every request with HMAC-SHA256 (see Sign and
+	// Verify). It never appears in errors or logs. Defaults to "" (unsigned).
+	Secret string
+	// Source is the ce-source attribute. Defaults to cloudevents.DefaultSource.
+	Source string
+	// Timeout bounds one request, from dialing to the end of the response
+	// headers and the bounded read of its body; the dispatcher's ctx deadline
+	// applies as well, whichever ends first. Defaults to 10s (TimeoutDefault).
+	Timeout time.Duration
+	// Client sends the requests. The Publisher uses a shallow copy whose
+	// CheckRedirect refuses to follow redirects; Client.Timeout is left as
+	// is. Defaults to a client with its own transport (cloned from
+	// http.DefaultTransport: proxy from the environment, HTTP/2, 10s TLS
+	// handshake, 64 idle connections per host), which Close releases.
+	Client *http.Client
+	// DeferStatus is the status with which a receiver says "not yet" (a
+	// resource the event depends on does not exist yet): the message is
+	// deferred, not failed. It must be within 400-599 and takes precedence
+	// over the other rules for that status. Defaults to 425 (Too Early).
+	DeferStatus int
+	// Headers are static headers added to every request (an Authorization
+	// header, for example). Their values never appear in errors. They win over
+	// Message.Headers; a reserved name (see ReservedHeaders) is a config
+	// error. Defaults to none.
+	Headers map[string]string
+}
+
+func (c Config) withDefaults() Config {
+	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	c.DeferStatus = cmp.Or(c.DeferStatus, DeferStatusDefault)
+	return c
+}
+
+// validate checks c (with defaults applied) and returns the parsed URL.
+func (c Config) validate() (*url.URL, error) {
+	if c.URL == "" {
+		return nil, invalid("URL is required")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		// url.Error would repeat the URL, which may embed a token.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, invalid("URL does not parse: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, invalid("URL must be an absolute http or https URL, got scheme %q", u.Scheme)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, invalid("URL has no host")
+	}
+	if c.Timeout < 0 {
+		return nil, invalid("Timeout must not be negative, got %s", c.Timeout)
+	}
+	if c.DeferStatus < 400 || c.DeferStatus > 599 {
+		return nil, invalid("DeferStatus must be within 400-599, got %d", c.DeferStatus)
+	}
+	for name, value := range c.Headers {
+		if !validHeaderName(name) {
+			return nil, invalid("Headers: %q is not a valid header name", name)
+		}
+		if isReserved(name) || isTransportHeader(name) {
+			return nil, invalid("Headers: %q is reserved and set by the publisher", name)
+		}
+		if !validHeaderValue(value) {
+			return nil, invalid("Headers: the value of %q is not a valid header value", name)
+		}
+	}
+	return u, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: webhook: %s", dispatcher.ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
