@@ -1,0 +1,151 @@
+// Package tcpproxy is a test helper: a TCP proxy on the loopback interface
+// that sits between a client under test and a shared broker, so a test can
+// simulate "the broker went down" (Down) and "it came back" (Up) without
+// stopping the broker that other test packages use at the same time.
+//
+// While down, the proxy keeps its listening socket (so the port cannot be
+// taken by someone else) but resets every existing connection and every new
+// one as soon as it is accepted: to the client this looks like a broker that
+// refuses connections.
+package tcpproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Proxy forwards TCP connections from Addr to a target address. Its methods
+// are safe for concurrent use.
+type Proxy struct {
+	t      testing.TB
+	target string
+	ln     net.Listener
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]struct{} // both sides of every live pair
+	wg    sync.WaitGroup
+}
+
+// Start listens on 127.0.0.1 (a free port) and forwards every accepted
+// connection to target. The proxy is up when Start returns, and it is closed
+// with t.Cleanup.
+func Start(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("tcpproxy: listen: %v", err)
+	}
+	p := &Proxy{t: t, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Addr is the proxy's listen address, host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Down resets every open connection and refuses new ones until Up.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	p.down = true
+	conns := p.conns
+	p.conns = map[net.Conn]struct{}{}
+	p.mu.Unlock()
+	for c := range conns {
+		reset(c)
+	}
+}
+
+// Up accepts and forwards connections again.
+func (p *Proxy) Up() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+// Conns is the number of client connections currently forwarded.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}
+
+func (p *Proxy) close() {
+	_ = p.ln.Close()
+	p.Down()
+	p.wg.Wait()
+}
+
+func (p *Proxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			reset(client)
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(client)
+	}
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		p.t.Logf("tcpproxy: dial %s: %v", p.target, err)
+		reset(client)
+		return
+	}
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		reset(client)
+		reset(server)
+		return
+	}
+	p.conns[client] = struct{}{}
+	p.conns[server] = struct{}{}
+	p.mu.Unlock()
+
+	var once sync.Once
+	done := func() {
+		once.Do(func() {
+			p.mu.Lock()
+			delete(p.conns, client)
+			delete(p.conns, server)
+			p.mu.Unlock()
+			_ = client.Close()
+			_ = server.Close()
+		})
+	}
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go func() { defer copies.Done(); _, _ = io.Copy(server, client); done() }()
+	go func() { defer copies.Done(); _, _ = io.Copy(client, server); done() }()
+	copies.Wait()
+}
+
+// reset closes c with SO_LINGER 0, so the peer sees a connection reset rather
+// than an orderly end of stream.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
