@@ -19,6 +19,7 @@ WITH expired AS (
        AND lease_until < now()
        AND attempts < $3::integer
        AND NOT ordered
+       AND $4::boolean
      ORDER BY lease_until
      LIMIT 1
        FOR UPDATE SKIP LOCKED
@@ -31,13 +32,13 @@ ready AS (
        AND NOT ordered
        AND NOT EXISTS (SELECT 1 FROM expired)
      ORDER BY id
-     LIMIT $4::integer
+     LIMIT $5::integer
        FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-    SELECT id FROM expired
+    SELECT id, true AS recovered FROM expired
     UNION ALL
-    SELECT id FROM ready
+    SELECT id, false AS recovered FROM ready
 )
 UPDATE outbox AS o
    SET status        = 'processing',
@@ -48,14 +49,15 @@ UPDATE outbox AS o
   FROM picked
  WHERE o.id = picked.id
 RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-          o.event_type, o.payload, o.headers, o.created_at
+          o.event_type, o.payload, o.headers, o.created_at, picked.recovered::boolean AS recovered
 `
 
 type OutboxClaimParams struct {
-	Owner       string        `json:"owner"`
-	Lease       time.Duration `json:"lease"`
-	MaxAttempts int32         `json:"max_attempts"`
-	Batch       int32         `json:"batch"`
+	Owner          string        `json:"owner"`
+	Lease          time.Duration `json:"lease"`
+	MaxAttempts    int32         `json:"max_attempts"`
+	RecoverExpired bool          `json:"recover_expired"`
+	Batch          int32         `json:"batch"`
 }
 
 type OutboxClaimRow struct {
@@ -68,6 +70,7 @@ type OutboxClaimRow struct {
 	Payload       []byte    `json:"payload"`
 	Headers       []byte    `json:"headers"`
 	CreatedAt     time.Time `json:"created_at"`
+	Recovered     bool      `json:"recovered"`
 }
 
 // Claims. Each runs as one autocommit statement (a short transaction): it
@@ -83,7 +86,12 @@ type OutboxClaimRow struct {
 // re-claimable as in the seed, but in isolation: when one exists, the claim
 // returns that single row and nothing else, so a poison message that kills
 // every worker that holds it costs only itself attempts, never the healthy
-// messages that would otherwise be claimed beside it.
+// messages that would otherwise be claimed beside it. recovered = true marks
+// such a row, so the caller can also publish it alone (nothing else in
+// flight), which is what keeps the batch-mates safe in the end. A caller
+// that still has messages in flight passes @recover_expired = false and gets
+// pending rows only; it recovers expired leases once it is idle. Passing
+// true always gives the seed's behaviour (both branches).
 // Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
 // Ordering: expired lease (oldest lease_until) alone, else pending by id.
 // Indexes: outbox_leased for the expired branch, outbox_pending (partial:
@@ -96,6 +104,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]Out
 		arg.Owner,
 		arg.Lease,
 		arg.MaxAttempts,
+		arg.RecoverExpired,
 		arg.Batch,
 	)
 	if err != nil {
@@ -115,6 +124,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]Out
 			&i.Payload,
 			&i.Headers,
 			&i.CreatedAt,
+			&i.Recovered,
 		); err != nil {
 			return nil, err
 		}
@@ -134,6 +144,7 @@ WITH RECURSIVE expired AS (
        AND lease_until < now()
        AND attempts < $3::integer
        AND ordered
+       AND $4::boolean
      ORDER BY lease_until
      LIMIT 1
        FOR UPDATE SKIP LOCKED
@@ -143,7 +154,7 @@ heads AS (
        FROM outbox AS h
       WHERE h.ordered
         AND h.status IN ('pending', 'processing', 'dead')
-        AND h.aggregate_id > $4::text
+        AND h.aggregate_id > $5::text
       ORDER BY h.aggregate_id, h.xid, h.id
       LIMIT 1)
     UNION ALL
@@ -168,16 +179,16 @@ ready AS (
              WHERE heads.status = 'pending'
                AND heads.available_at <= now()
                AND heads.xid < pg_snapshot_xmin(pg_current_snapshot())
-             LIMIT $5::integer)
+             LIMIT $6::integer)
        AND o.status = 'pending'
        AND o.available_at <= now()
        AND NOT EXISTS (SELECT 1 FROM expired)
        FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-    SELECT id FROM expired
+    SELECT id, true AS recovered FROM expired
     UNION ALL
-    SELECT id FROM ready
+    SELECT id, false AS recovered FROM ready
 )
 UPDATE outbox AS o
    SET status        = 'processing',
@@ -188,13 +199,14 @@ UPDATE outbox AS o
   FROM picked
  WHERE o.id = picked.id
 RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-          o.event_type, o.payload, o.headers, o.created_at
+          o.event_type, o.payload, o.headers, o.created_at, picked.recovered::boolean AS recovered
 `
 
 type OutboxClaimOrderedParams struct {
 	Owner            string        `json:"owner"`
 	Lease            time.Duration `json:"lease"`
 	MaxAttempts      int32         `json:"max_attempts"`
+	RecoverExpired   bool          `json:"recover_expired"`
 	AfterAggregateID string        `json:"after_aggregate_id"`
 	Batch            int32         `json:"batch"`
 }
@@ -209,6 +221,7 @@ type OutboxClaimOrderedRow struct {
 	Payload       []byte    `json:"payload"`
 	Headers       []byte    `json:"headers"`
 	CreatedAt     time.Time `json:"created_at"`
+	Recovered     bool      `json:"recovered"`
 }
 
 // OutboxClaimOrdered claims up to @batch ordered messages, at most one per
@@ -245,6 +258,7 @@ func (q *Queries) OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrdered
 		arg.Owner,
 		arg.Lease,
 		arg.MaxAttempts,
+		arg.RecoverExpired,
 		arg.AfterAggregateID,
 		arg.Batch,
 	)
@@ -265,6 +279,7 @@ func (q *Queries) OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrdered
 			&i.Payload,
 			&i.Headers,
 			&i.CreatedAt,
+			&i.Recovered,
 		); err != nil {
 			return nil, err
 		}

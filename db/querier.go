@@ -30,7 +30,12 @@ type Querier interface {
 	// re-claimable as in the seed, but in isolation: when one exists, the claim
 	// returns that single row and nothing else, so a poison message that kills
 	// every worker that holds it costs only itself attempts, never the healthy
-	// messages that would otherwise be claimed beside it.
+	// messages that would otherwise be claimed beside it. recovered = true marks
+	// such a row, so the caller can also publish it alone (nothing else in
+	// flight), which is what keeps the batch-mates safe in the end. A caller
+	// that still has messages in flight passes @recover_expired = false and gets
+	// pending rows only; it recovers expired leases once it is idle. Passing
+	// true always gives the seed's behaviour (both branches).
 	// Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
 	// Ordering: expired lease (oldest lease_until) alone, else pending by id.
 	// Indexes: outbox_leased for the expired branch, outbox_pending (partial:

@@ -12,7 +12,12 @@
 -- re-claimable as in the seed, but in isolation: when one exists, the claim
 -- returns that single row and nothing else, so a poison message that kills
 -- every worker that holds it costs only itself attempts, never the healthy
--- messages that would otherwise be claimed beside it.
+-- messages that would otherwise be claimed beside it. recovered = true marks
+-- such a row, so the caller can also publish it alone (nothing else in
+-- flight), which is what keeps the batch-mates safe in the end. A caller
+-- that still has messages in flight passes @recover_expired = false and gets
+-- pending rows only; it recovers expired leases once it is idle. Passing
+-- true always gives the seed's behaviour (both branches).
 -- Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
 -- Ordering: expired lease (oldest lease_until) alone, else pending by id.
 -- Indexes: outbox_leased for the expired branch, outbox_pending (partial:
@@ -28,6 +33,7 @@ WITH expired AS (
        AND lease_until < now()
        AND attempts < @max_attempts::integer
        AND NOT ordered
+       AND @recover_expired::boolean
      ORDER BY lease_until
      LIMIT 1
        FOR UPDATE SKIP LOCKED
@@ -44,9 +50,9 @@ ready AS (
        FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-    SELECT id FROM expired
+    SELECT id, true AS recovered FROM expired
     UNION ALL
-    SELECT id FROM ready
+    SELECT id, false AS recovered FROM ready
 )
 UPDATE outbox AS o
    SET status        = 'processing',
@@ -57,7 +63,7 @@ UPDATE outbox AS o
   FROM picked
  WHERE o.id = picked.id
 RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-          o.event_type, o.payload, o.headers, o.created_at;
+          o.event_type, o.payload, o.headers, o.created_at, picked.recovered::boolean AS recovered;
 
 -- OutboxClaimOrdered claims up to @batch ordered messages, at most one per
 -- aggregate: the head, i.e. a row with no earlier pending/processing/dead row
@@ -96,6 +102,7 @@ WITH RECURSIVE expired AS (
        AND lease_until < now()
        AND attempts < @max_attempts::integer
        AND ordered
+       AND @recover_expired::boolean
      ORDER BY lease_until
      LIMIT 1
        FOR UPDATE SKIP LOCKED
@@ -137,9 +144,9 @@ ready AS (
        FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-    SELECT id FROM expired
+    SELECT id, true AS recovered FROM expired
     UNION ALL
-    SELECT id FROM ready
+    SELECT id, false AS recovered FROM ready
 )
 UPDATE outbox AS o
    SET status        = 'processing',
@@ -150,7 +157,7 @@ UPDATE outbox AS o
   FROM picked
  WHERE o.id = picked.id
 RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-          o.event_type, o.payload, o.headers, o.created_at;
+          o.event_type, o.payload, o.headers, o.created_at, picked.recovered::boolean AS recovered;
 
 -- OutboxReap buries messages whose worker keeps dying: processing rows whose
 -- lease expired with every attempt spent go to dead. A poison message never

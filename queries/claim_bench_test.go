@@ -45,7 +45,7 @@ func BenchmarkClaim(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				rows, err := db.New(tx).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "bench", Batch: 50, Lease: time.Minute, MaxAttempts: 12})
+				rows, err := db.New(tx).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "bench", Batch: 50, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true})
 				if err != nil || len(rows) != 50 {
 					b.Fatalf("claimed %d: %v", len(rows), err)
 				}

@@ -35,7 +35,7 @@ func TestClaim_TwoOpenTransactionsGetDifferentRowsAndRollbackRestoresAll(t *test
 	}
 	defer txB.Rollback(ctx) //nolint:errcheck
 	claimIn := func(tx pgx.Tx) []int64 {
-		rows, err := db.New(tx).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "x", Batch: 1, Lease: time.Minute, MaxAttempts: 12})
+		rows, err := db.New(tx).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "x", Batch: 1, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true})
 		if err != nil {
 			t.Fatal(err)
 		}

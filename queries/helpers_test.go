@@ -79,7 +79,7 @@ func claimWith(ctx context.Context, q *db.Queries, owner string, batch int, leas
 		return nil, err
 	}
 	rows, err := q.OutboxClaim(ctx, db.OutboxClaimParams{
-		Owner: owner, Batch: int32(batch), Lease: lease, MaxAttempts: int32(maxAttempts),
+		Owner: owner, Batch: int32(batch), Lease: lease, MaxAttempts: int32(maxAttempts), RecoverExpired: true,
 	})
 	if err != nil {
 		return nil, err
@@ -103,7 +103,7 @@ func (b *bundle) claimOrdered(t *testing.T, owner string, batch int) []claimed {
 
 func claimOrderedWith(ctx context.Context, q *db.Queries, owner string, batch int) ([]claimed, error) {
 	rows, err := q.OutboxClaimOrdered(ctx, db.OutboxClaimOrderedParams{
-		Owner: owner, Batch: int32(batch), Lease: time.Minute, MaxAttempts: 12,
+		Owner: owner, Batch: int32(batch), Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,270 @@
+package dispatcher
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Defaults. The seed's values where it gives them (batch 50, lease 60 s,
+// max attempts 12, backoff 1 s .. 300 s).
+const (
+	BatchDefault              = 50
+	LeaseDefault              = 60 * time.Second
+	MaxAttemptsDefault        = 12
+	ConcurrencyDefault        = 16
+	PublishTimeoutDefault     = 10 * time.Second
+	PollIntervalDefault       = time.Second
+	BackoffBaseDefault        = time.Second
+	BackoffCapDefault         = 300 * time.Second
+	MaxDeferAgeDefault        = 7 * 24 * time.Hour
+	FinalizeBatchDefault      = 500
+	FinalizeDelayDefault      = 2 * time.Millisecond
+	ShutdownTimeoutDefault    = 10 * time.Second
+	ReapIntervalDefault       = time.Second
+	ChannelDefault            = "outbox"
+	DatabaseRetryMaxDefault   = 5 * time.Second
+	StatsIntervalDefault      = 15 * time.Second
+	MaxPayloadBytesDefault    = 1 << 20
+	MaxIdentifierBytesDefault = 255
+)
+
+// ClaimMode selects which messages a dispatcher claims.
+type ClaimMode int
+
+const (
+	// ClaimAll claims unordered messages with OutboxClaim and ordered
+	// messages (Event.Ordered) with OutboxClaimOrdered, in the same loop.
+	ClaimAll ClaimMode = iota
+	// ClaimUnorderedOnly claims only unordered messages.
+	ClaimUnorderedOnly
+	// ClaimOrderedOnly claims only ordered messages.
+	ClaimOrderedOnly
+)
+
+func (m ClaimMode) String() string {
+	switch m {
+	case ClaimAll:
+		return "all"
+	case ClaimUnorderedOnly:
+		return "unordered"
+	case ClaimOrderedOnly:
+		return "ordered"
+	}
+	return fmt.Sprintf("ClaimMode(%d)", int(m))
+}
+
+// UnclassifiedPolicy says what happens when Publish returns an error that is
+// none of Retryable, Defer or Permanent.
+type UnclassifiedPolicy int
+
+const (
+	// UnclassifiedAsCrash (the default) follows the seed's deliberate choice
+	// not to retry unknown errors silently as transient: the message is left
+	// exactly as a crashed worker would leave it — processing, attempt spent —
+	// and an error is logged. Its lease expires, another claim picks it up in
+	// isolation, and after MaxAttempts such failures the reap sends it to dead
+	// with "lease expired after max attempts". A bug therefore surfaces as a
+	// dead message and an error log instead of an invisible retry loop, at
+	// the cost of waiting one lease per attempt.
+	UnclassifiedAsCrash UnclassifiedPolicy = iota
+	// UnclassifiedAsRetryable treats unknown errors like Retryable (backoff,
+	// dead when attempts are exhausted).
+	UnclassifiedAsRetryable
+	// UnclassifiedAsPermanent sends the message to dead at once.
+	UnclassifiedAsPermanent
+)
+
+// Config configures a Dispatcher. The zero value is valid: every field has a
+// documented default, applied by New.
+type Config struct {
+	// Owner names this dispatcher in lease_owner (for people; correctness
+	// rests on lease_version). Defaults to "host-pid-random", unique per
+	// process and per Dispatcher.
+	Owner string
+
+	// Batch is the most messages one claim takes. Keep
+	// Batch × (time to publish one message) / Concurrency well below Lease:
+	// a message whose remaining lease is shorter than PublishTimeout when a
+	// worker gets to it is handed back instead of published.
+	// Defaults to BatchDefault (50).
+	Batch int
+
+	// Lease is how long a claim owns a message before another dispatcher may
+	// take it over. Defaults to LeaseDefault (60s).
+	Lease time.Duration
+
+	// MaxAttempts is the claim count after which a failing or crashing
+	// message goes to dead. Defaults to MaxAttemptsDefault (12).
+	MaxAttempts int
+
+	// Concurrency is the number of publishes in flight at once.
+	// Defaults to ConcurrencyDefault (16).
+	Concurrency int
+
+	// PublishTimeout bounds one Publish call. It must be shorter than Lease
+	// unless HeartbeatInterval is set. Defaults to PublishTimeoutDefault (10s).
+	PublishTimeout time.Duration
+
+	// HeartbeatInterval, when positive, extends the lease of a publish that
+	// is still running after this long, and again at every interval, through
+	// the fenced OutboxExtendLease; if the extension finds the lease lost the
+	// publish's context is cancelled. Must be at most Lease/2.
+	// Defaults to 0: no heartbeat (PublishTimeout < Lease suffices).
+	HeartbeatInterval time.Duration
+
+	// PollInterval is how long an idle dispatcher waits before claiming again
+	// when no NOTIFY woke it. NOTIFY is the fast path; polling is the
+	// fallback. Defaults to PollIntervalDefault (1s).
+	PollInterval time.Duration
+
+	// DisableListen turns the LISTEN/NOTIFY wake-up off (for example behind
+	// PgBouncer in transaction mode, where LISTEN does not work).
+	// Defaults to false.
+	DisableListen bool
+
+	// Channel is the NOTIFY channel; the migration's trigger notifies on the
+	// table name. Defaults to ChannelDefault ("outbox").
+	Channel string
+
+	// BackoffBase and BackoffCap shape the full-jitter backoff of retryable
+	// failures: delay = random(0, min(cap, base × 2^attempt)).
+	// Default to 1s and 300s.
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+
+	// MaxDeferAge is how long after created_at a message may keep being
+	// deferred before it goes to dead (database clock).
+	// Defaults to MaxDeferAgeDefault (7 days).
+	MaxDeferAge time.Duration
+
+	// UnclassifiedErrors says what an error that is none of Retryable, Defer
+	// or Permanent does. Defaults to UnclassifiedAsCrash (see its doc).
+	UnclassifiedErrors UnclassifiedPolicy
+
+	// Claim selects unordered, ordered or both kinds of messages.
+	// Defaults to ClaimAll.
+	Claim ClaimMode
+
+	// FinalizeBatch and FinalizeDelay drive the batched finalize: successful
+	// publishes are written with one OutboxMarkDoneMany when FinalizeBatch
+	// are waiting or FinalizeDelay after the first one, whichever comes
+	// first. Each row stays fenced by its own lease_version.
+	// Default to 500 and 2ms.
+	FinalizeBatch int
+	FinalizeDelay time.Duration
+
+	// ShutdownTimeout is how long Run waits, after its context ends, for
+	// publishes in flight before cancelling them. Claimed messages not yet
+	// started are handed back at once. Defaults to 10s.
+	ShutdownTimeout time.Duration
+
+	// ReapInterval is the least time between two OutboxReap runs (the reap
+	// runs just before a claim). Defaults to 1s.
+	ReapInterval time.Duration
+
+	// StatsInterval is how often the queue gauges (depth, oldest age,
+	// expired leases) are refreshed from the monitoring queries; 0 keeps the
+	// default, negative disables them. Defaults to 15s.
+	StatsInterval time.Duration
+
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// MeterProvider provides the OpenTelemetry instruments.
+	// Defaults to otel.GetMeterProvider() (a no-op until the application
+	// installs an SDK).
+	MeterProvider metric.MeterProvider
+
+	// OnLeaseLost, when set, is called for each fenced write that changed no
+	// row (after the warning is logged). For tests and custom accounting.
+	OnLeaseLost func(outboxID, leaseVersion int64)
+}
+
+func (c Config) withDefaults() Config {
+	c.Batch = cmp.Or(c.Batch, BatchDefault)
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.Channel = cmp.Or(c.Channel, ChannelDefault)
+	c.BackoffBase = cmp.Or(c.BackoffBase, BackoffBaseDefault)
+	c.BackoffCap = cmp.Or(c.BackoffCap, BackoffCapDefault)
+	c.MaxDeferAge = cmp.Or(c.MaxDeferAge, MaxDeferAgeDefault)
+	c.FinalizeBatch = cmp.Or(c.FinalizeBatch, FinalizeBatchDefault)
+	c.FinalizeDelay = cmp.Or(c.FinalizeDelay, FinalizeDelayDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
+	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
+	if c.Owner == "" {
+		c.Owner = defaultOwner()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Batch < 1 || c.Batch > 10000:
+		return bad("Batch must be between 1 and 10000, got %d", c.Batch)
+	case c.Lease < 10*time.Millisecond:
+		return bad("Lease must be at least 10ms, got %s", c.Lease)
+	case c.MaxAttempts < 1:
+		return bad("MaxAttempts must be at least 1, got %d", c.MaxAttempts)
+	case c.Concurrency < 1:
+		return bad("Concurrency must be at least 1, got %d", c.Concurrency)
+	case c.PublishTimeout <= 0:
+		return bad("PublishTimeout must be positive, got %s", c.PublishTimeout)
+	case c.HeartbeatInterval < 0:
+		return bad("HeartbeatInterval must not be negative, got %s", c.HeartbeatInterval)
+	case c.HeartbeatInterval == 0 && c.PublishTimeout >= c.Lease:
+		return bad("PublishTimeout (%s) must be shorter than Lease (%s), or set HeartbeatInterval", c.PublishTimeout, c.Lease)
+	case c.HeartbeatInterval > 0 && c.HeartbeatInterval > c.Lease/2:
+		return bad("HeartbeatInterval (%s) must be at most half of Lease (%s)", c.HeartbeatInterval, c.Lease)
+	case c.PollInterval < 0:
+		return bad("PollInterval must be positive, got %s", c.PollInterval)
+	case c.BackoffBase < 0 || c.BackoffCap < c.BackoffBase:
+		return bad("BackoffBase (%s) must be positive and at most BackoffCap (%s)", c.BackoffBase, c.BackoffCap)
+	case c.MaxDeferAge < 0:
+		return bad("MaxDeferAge must be positive, got %s", c.MaxDeferAge)
+	case c.FinalizeBatch < 1:
+		return bad("FinalizeBatch must be at least 1, got %d", c.FinalizeBatch)
+	case c.FinalizeDelay < 0:
+		return bad("FinalizeDelay must be positive, got %s", c.FinalizeDelay)
+	case c.ShutdownTimeout < 0:
+		return bad("ShutdownTimeout must be positive, got %s", c.ShutdownTimeout)
+	case c.ReapInterval < 0:
+		return bad("ReapInterval must be positive, got %s", c.ReapInterval)
+	case c.UnclassifiedErrors < UnclassifiedAsCrash || c.UnclassifiedErrors > UnclassifiedAsPermanent:
+		return bad("UnclassifiedErrors has unknown value %d", c.UnclassifiedErrors)
+	case c.Claim < ClaimAll || c.Claim > ClaimOrderedOnly:
+		return bad("Claim has unknown value %d", c.Claim)
+	case !validChannel(c.Channel):
+		return bad("Channel %q must be a plain identifier (letters, digits, underscore)", c.Channel)
+	}
+	return nil
+}
+
+func validChannel(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,426 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// Dispatcher claims outbox messages under a lease, publishes them outside
+// any transaction and finalizes them with fenced writes. Any number of
+// dispatchers, in one process or many, can share the table.
+type Dispatcher struct {
+	pool    *pgxpool.Pool
+	q       *db.Queries
+	pub     Publisher
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	maxInFlight int
+	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
+	freed       chan struct{} // signals the claimer that slots were freed
+	wake        chan struct{} // NOTIFY wake-ups, coalesced
+	stopping    atomic.Bool   // Run's context ended: start nothing new
+
+	running atomic.Bool
+}
+
+// New returns a Dispatcher over pool that publishes through pub. cfg is
+// validated once here; errors wrap ErrInvalidConfig and name the field.
+func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pool is nil", ErrInvalidConfig)
+	}
+	if pub == nil {
+		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: metrics: %w", err)
+	}
+	d := &Dispatcher{
+		pool:        pool,
+		q:           db.New(pool),
+		pub:         pub,
+		cfg:         cfg,
+		log:         cfg.Logger.With(slog.String("owner", cfg.Owner)),
+		metrics:     m,
+		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency),
+		freed:       make(chan struct{}, 1),
+		wake:        make(chan struct{}, 1),
+	}
+	return d, nil
+}
+
+// Owner is the lease_owner this dispatcher writes.
+func (d *Dispatcher) Owner() string { return d.cfg.Owner }
+
+// Run dispatches until ctx ends, then shuts down gracefully: it stops
+// claiming, hands back claimed messages it has not started (fenced, attempt
+// refunded), lets publishes in flight finish for up to ShutdownTimeout (then
+// cancels them), and flushes pending finalizes. It returns nil after a
+// graceful shutdown. Transient database errors are retried with backoff; Run
+// does not return because of them.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return errors.New("outbox: Run called twice on one Dispatcher")
+	}
+	d.log.Debug("dispatcher starting", slog.Int("batch", d.cfg.Batch), slog.Duration("lease", d.cfg.Lease),
+		slog.Int("concurrency", d.cfg.Concurrency), slog.String("claim", d.cfg.Claim.String()))
+
+	// Publishes and finalizes outlive ctx during shutdown; hardCancel ends them.
+	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardCancel()
+
+	jobs := make(chan *job, d.maxInFlight)
+	fin := newFinalizer(d)
+	rel := newReleaser(d)
+
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() { defer bg.Done(); fin.run(hardCtx) }()
+	go func() { defer bg.Done(); rel.run(hardCtx) }()
+
+	var workers sync.WaitGroup
+	for i := 0; i < d.cfg.Concurrency; i++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			d.work(hardCtx, jobs, fin, rel)
+		}()
+	}
+
+	var side sync.WaitGroup
+	if !d.cfg.DisableListen {
+		side.Add(1)
+		go func() { defer side.Done(); d.listen(ctx) }()
+	}
+	if d.cfg.StatsInterval > 0 {
+		side.Add(1)
+		go func() { defer side.Done(); d.refreshStats(ctx) }()
+	}
+
+	d.claimLoop(ctx, jobs)
+
+	// Shutdown: nothing new starts; queued jobs are handed back by workers.
+	d.stopping.Store(true)
+	close(jobs)
+	workersDone := make(chan struct{})
+	go func() { workers.Wait(); close(workersDone) }()
+	timer := time.NewTimer(d.cfg.ShutdownTimeout)
+	select {
+	case <-workersDone:
+		timer.Stop()
+	case <-timer.C:
+		d.log.Warn("shutdown timeout: cancelling publishes in flight", slog.Duration("timeout", d.cfg.ShutdownTimeout))
+		hardCancel()
+		<-workersDone
+	}
+	fin.close()
+	rel.close()
+	// Give the final flushes a bounded time even after hardCancel.
+	flushed := make(chan struct{})
+	go func() { bg.Wait(); close(flushed) }()
+	select {
+	case <-flushed:
+	case <-time.After(d.cfg.ShutdownTimeout):
+		hardCancel()
+		<-flushed
+	}
+	side.Wait()
+	d.log.Debug("dispatcher stopped")
+	return nil
+}
+
+// job is one claimed message on its way through a worker.
+type job struct {
+	id           int64
+	leaseVersion int64
+	attempts     int32
+	deadline     time.Time // local monotonic estimate of lease_until (never later than it)
+	msg          Message
+}
+
+// claimLoop claims while there is room in flight, until ctx ends.
+func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job) {
+	var (
+		lastReap      time.Time
+		dbFailures    int
+		orderedCursor string
+		orderedFirst  bool
+		recovering    bool // expired leases were seen at the last reap
+	)
+	poll := time.NewTimer(d.cfg.PollInterval)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		free := d.maxInFlight - int(d.inFlight.Load())
+		if free < min(d.cfg.Batch, d.maxInFlight/2) {
+			select {
+			case <-d.freed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if time.Since(lastReap) >= d.cfg.ReapInterval {
+			n, err := d.q.OutboxReap(ctx, int32(d.cfg.MaxAttempts))
+			if err != nil {
+				d.dbError(ctx, "reap", err, &dbFailures)
+				continue
+			}
+			if n > 0 {
+				d.metrics.add(outReaped, n)
+				d.log.Warn("reaped messages whose lease expired after max attempts", slog.Int64("count", n))
+			}
+			expired, err := d.q.OutboxExpiredLeases(ctx)
+			if err != nil {
+				d.dbError(ctx, "reap", err, &dbFailures)
+				continue
+			}
+			lastReap = time.Now()
+			recovering = expired > 0
+		}
+		// Expired leases are recovered only with nothing else in flight, so
+		// that a poison message among them can take down nothing but itself.
+		recoverExpired := d.inFlight.Load() == 0
+		if recovering && !recoverExpired {
+			d.waitIdle(ctx)
+			recoverExpired = d.inFlight.Load() == 0
+		}
+
+		claimed := 0
+		failed := false
+		kinds := []ClaimMode{ClaimUnorderedOnly, ClaimOrderedOnly}
+		if orderedFirst {
+			kinds[0], kinds[1] = kinds[1], kinds[0]
+		}
+		orderedFirst = !orderedFirst
+		for _, kind := range kinds {
+			if d.cfg.Claim != ClaimAll && d.cfg.Claim != kind {
+				continue
+			}
+			n := min(d.cfg.Batch, d.maxInFlight-int(d.inFlight.Load()))
+			if n <= 0 {
+				break
+			}
+			var got, recovered int
+			var err error
+			if kind == ClaimUnorderedOnly {
+				got, recovered, err = d.claimUnordered(ctx, n, recoverExpired, jobs)
+			} else {
+				got, recovered, err = d.claimOrdered(ctx, n, recoverExpired, &orderedCursor, jobs)
+			}
+			if err != nil {
+				failed = d.dbError(ctx, "claim", err, &dbFailures)
+				break
+			}
+			claimed += got
+			if recoverExpired && recovered == 0 {
+				recovering = false // none left to recover of this kind
+			}
+			recoverExpired = recoverExpired && d.inFlight.Load() == 0
+		}
+		if failed {
+			continue
+		}
+		dbFailures = 0
+		if claimed > 0 {
+			continue
+		}
+		// Idle: wait for a NOTIFY, the poll interval, or shutdown.
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(d.cfg.PollInterval)
+		select {
+		case <-d.wake:
+		case <-poll.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// dbError logs a database error and sleeps a capped, jittered backoff. It
+// returns true when the caller should retry (always, unless ctx ended).
+func (d *Dispatcher) dbError(ctx context.Context, op string, err error, failures *int) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	*failures++
+	delay := FullJitter(*failures, 50*time.Millisecond, DatabaseRetryMaxDefault)
+	delay = max(delay, 10*time.Millisecond)
+	d.metrics.dbErrors.Add(1)
+	d.log.Warn("database error, retrying", slog.String("op", op), slog.Any("error", err),
+		slog.Int("failures", *failures), slog.Duration("retry_in", delay))
+	select {
+	case <-time.After(delay):
+	case <-ctx.Done():
+	}
+	return true
+}
+
+func (d *Dispatcher) claimUnordered(ctx context.Context, n int, recoverExpired bool, jobs chan<- *job) (claimed, recovered int, err error) {
+	start := time.Now()
+	rows, err := d.q.OutboxClaim(ctx, db.OutboxClaimParams{
+		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
+		RecoverExpired: recoverExpired,
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	deadline := start.Add(d.cfg.Lease)
+	d.metrics.claimed(ctx, len(rows))
+	for _, r := range rows {
+		j := newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+			r.EventType, r.Payload, r.Headers, r.CreatedAt, false)
+		if r.Recovered {
+			recovered++
+			d.publishAlone(ctx, j, jobs)
+			continue
+		}
+		d.dispatch(jobs, j)
+	}
+	return len(rows), recovered, nil
+}
+
+func (d *Dispatcher) claimOrdered(ctx context.Context, n int, recoverExpired bool, cursor *string, jobs chan<- *job) (claimed, recovered int, err error) {
+	start := time.Now()
+	rows, err := d.q.OutboxClaimOrdered(ctx, db.OutboxClaimOrderedParams{
+		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
+		AfterAggregateID: *cursor, RecoverExpired: recoverExpired,
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	deadline := start.Add(d.cfg.Lease)
+	last := ""
+	d.metrics.claimed(ctx, len(rows))
+	for _, r := range rows {
+		j := newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+			r.EventType, r.Payload, r.Headers, r.CreatedAt, true)
+		last = max(last, r.AggregateID)
+		if r.Recovered {
+			recovered++
+			d.publishAlone(ctx, j, jobs)
+			continue
+		}
+		d.dispatch(jobs, j)
+	}
+	// Round-robin over aggregates: continue after the last one served; wrap
+	// to the start when this pass found fewer heads than asked for.
+	if len(rows) < n {
+		if *cursor != "" && len(rows) == 0 {
+			*cursor = ""
+			return d.claimOrdered(ctx, n, recoverExpired, cursor, jobs)
+		}
+		*cursor = ""
+	} else {
+		*cursor = last
+	}
+	return len(rows), recovered, nil
+}
+
+// dispatch hands a claimed job to the workers.
+func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
+	d.inFlight.Add(1)
+	jobs <- j
+}
+
+// publishAlone publishes a message recovered from an expired lease with
+// nothing else in flight in this process: it waits until every other claimed
+// message is finalized, publishes it, and waits until it is finalized before
+// the claimer continues. If the message is a poison that kills the process,
+// the crash costs only its own attempt, never a batch-mate's.
+func (d *Dispatcher) publishAlone(ctx context.Context, j *job, jobs chan<- *job) {
+	d.metrics.recovered.Add(1)
+	d.waitIdle(ctx)
+	d.dispatch(jobs, j)
+	d.waitIdle(ctx)
+}
+
+// waitIdle blocks until nothing is in flight or ctx ends.
+func (d *Dispatcher) waitIdle(ctx context.Context) {
+	for d.inFlight.Load() > 0 {
+		select {
+		case <-d.freed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func newJob(id, leaseVersion int64, attempts int32, deadline time.Time,
+	aggregateType, aggregateID, eventType string, payload, headers []byte, createdAt time.Time, ordered bool) *job {
+	return &job{
+		id:           id,
+		leaseVersion: leaseVersion,
+		attempts:     attempts,
+		deadline:     deadline,
+		msg: Message{
+			ID:            IDString(id),
+			OutboxID:      id,
+			AggregateType: aggregateType,
+			AggregateID:   aggregateID,
+			EventType:     eventType,
+			Payload:       json.RawMessage(payload),
+			Headers:       decodeHeaders(headers),
+			Attempt:       int(attempts),
+			CreatedAt:     createdAt,
+			Ordered:       ordered,
+		},
+	}
+}
+
+// release frees n in-flight slots and wakes the claimer.
+func (d *Dispatcher) release(n int) {
+	d.inFlight.Add(-int64(n))
+	select {
+	case d.freed <- struct{}{}:
+	default:
+	}
+}
+
+// wakeUp asks the claimer to claim now (NOTIFY, redrive).
+func (d *Dispatcher) wakeUp() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func decodeHeaders(b []byte) map[string]string {
+	h := map[string]string{}
+	if len(b) <= 2 { // "{}"
+		return h
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return h
+	}
+	for k, v := range raw {
+		switch v := v.(type) {
+		case string:
+			h[k] = v
+		default:
+			b, _ := json.Marshal(v)
+			h[k] = string(b)
+		}
+	}
+	return h
+}

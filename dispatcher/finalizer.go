@@ -1,0 +1,146 @@
+package dispatcher
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// finalizer writes successful publishes in batches: one OutboxMarkDoneMany
+// per flush (FinalizeBatch rows, or FinalizeDelay after the first one), each
+// row still fenced by its own lease_version. While a flush runs, the next
+// batch accumulates, so batches grow with load.
+type finalizer struct {
+	d  *Dispatcher
+	in chan *job
+}
+
+func newFinalizer(d *Dispatcher) *finalizer {
+	return &finalizer{d: d, in: make(chan *job, d.maxInFlight)}
+}
+
+func (f *finalizer) add(j *job) { f.in <- j }
+
+// close flushes what is queued and stops run.
+func (f *finalizer) close() { close(f.in) }
+
+func (f *finalizer) run(ctx context.Context) {
+	batch := make([]*job, 0, f.d.cfg.FinalizeBatch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		j, ok := <-f.in
+		if !ok {
+			return
+		}
+		batch = append(batch, j)
+		timer.Reset(f.d.cfg.FinalizeDelay)
+	collect:
+		for len(batch) < f.d.cfg.FinalizeBatch {
+			select {
+			case j, ok := <-f.in:
+				if !ok {
+					break collect
+				}
+				batch = append(batch, j)
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+		f.flush(ctx, batch)
+		batch = batch[:0]
+	}
+}
+
+func (f *finalizer) flush(ctx context.Context, batch []*job) {
+	d := f.d
+	ids := make([]int64, len(batch))
+	versions := make([]int64, len(batch))
+	for i, j := range batch {
+		ids[i], versions[i] = j.id, j.leaseVersion
+	}
+	start := time.Now()
+	done, err := retryDBValue(ctx, d, "mark done", func() ([]int64, error) {
+		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions})
+	})
+	defer d.release(len(batch))
+	if err != nil {
+		return // logged by retryDBValue; leases expire and messages are re-delivered
+	}
+	d.metrics.finalizeFlush(ctx, len(batch), time.Since(start))
+	d.metrics.add(outPublished, int64(len(done)))
+	if len(done) == len(batch) {
+		return
+	}
+	finalized := make(map[int64]struct{}, len(done))
+	for _, id := range done {
+		finalized[id] = struct{}{}
+	}
+	for _, j := range batch {
+		if _, ok := finalized[j.id]; !ok {
+			d.leaseLost(j, "mark done")
+		}
+	}
+}
+
+// releaser hands claimed-but-unstarted messages back in batches
+// (OutboxReleaseMany: fenced, attempt refunded, available now).
+type releaser struct {
+	d  *Dispatcher
+	in chan *job
+}
+
+func newReleaser(d *Dispatcher) *releaser {
+	return &releaser{d: d, in: make(chan *job, d.maxInFlight)}
+}
+
+func (r *releaser) add(j *job) { r.in <- j }
+func (r *releaser) close()     { close(r.in) }
+
+func (r *releaser) run(ctx context.Context) {
+	for {
+		j, ok := <-r.in
+		if !ok {
+			return
+		}
+		batch := []*job{j}
+	drain:
+		for {
+			select {
+			case j, ok := <-r.in:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, j)
+			default:
+				break drain
+			}
+		}
+		r.flush(ctx, batch)
+	}
+}
+
+func (r *releaser) flush(ctx context.Context, batch []*job) {
+	d := r.d
+	defer d.release(len(batch))
+	ids := make([]int64, len(batch))
+	versions := make([]int64, len(batch))
+	for i, j := range batch {
+		ids[i], versions[i] = j.id, j.leaseVersion
+	}
+	n, err := retryDB(ctx, d, "release", func() (int64, error) {
+		return d.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: ids, LeaseVersions: versions})
+	})
+	if err != nil {
+		return
+	}
+	d.metrics.add(outReleased, n)
+	d.log.Debug("handed back claimed messages", slog.Int64("count", n), slog.Int("asked", len(batch)))
+	if n > 0 {
+		// Wake the dispatchers (including this one's siblings) to re-claim.
+		_ = d.q.OutboxNotify(ctx)
+	}
+}

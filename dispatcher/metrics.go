@@ -1,0 +1,197 @@
+package dispatcher
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+const meterName = "github.com/pgoutbox/pgoutbox/dispatcher"
+
+// Stats is a snapshot of one dispatcher's counters since it was created, and
+// the last queue gauges read from the monitoring queries.
+type Stats struct {
+	Claimed       int64 // messages claimed
+	Recovered     int64 // claimed from an expired lease and published alone
+	Published     int64 // published and finalized done
+	Retried       int64 // rescheduled after a retryable failure
+	Deferred      int64 // rescheduled by a business defer (attempt refunded)
+	Dead          int64 // sent to dead by this dispatcher
+	LeaseLost     int64 // fenced writes that changed no row
+	Released      int64 // handed back unstarted (shutdown, near expiry)
+	NearExpiry    int64 // not started because the lease was too close to expiry
+	Panics        int64 // publisher panics (treated as crashes)
+	Unclassified  int64 // unclassified errors left to lease recovery
+	Reaped        int64 // messages this dispatcher's reap sent to dead
+	Heartbeats    int64 // lease extensions
+	Notifications int64 // NOTIFY wake-ups received
+	DBErrors      int64 // transient database errors retried
+	Flushes       int64 // batched finalize statements
+
+	Queue QueueStats // last refresh of the monitoring gauges
+}
+
+// QueueStats are the table-wide gauges (all dispatchers).
+type QueueStats struct {
+	At                time.Time
+	ByStatus          map[string]int64
+	OldestAgeSeconds  float64
+	ExpiredLeases     int64
+	BlockedAggregates int64
+}
+
+// outcome is what became of a claimed message (or a fenced write).
+type outcome int
+
+const (
+	outPublished outcome = iota
+	outRetried
+	outDeferred
+	outDead
+	outLeaseLost
+	outReleased
+	outNearExpiry
+	outPanic
+	outUnclassified
+	outReaped
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"published", "retried", "deferred", "dead", "lease_lost",
+	"released", "near_expiry", "panic", "unclassified", "reaped"}
+
+type metrics struct {
+	outcomes                                                          [numOutcomes]atomic.Int64
+	outcomeAttrs                                                      [numOutcomes]metric.AddOption
+	claimedN, recovered, heartbeats, notifications, dbErrors, flushes atomic.Int64
+
+	mu    sync.Mutex
+	queue QueueStats
+
+	claimCounter   metric.Int64Counter
+	outcomeCounter metric.Int64Counter
+	publishHist    metric.Float64Histogram
+	e2eHist        metric.Float64Histogram
+	flushHist      metric.Int64Histogram
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := &metrics{}
+	for i, name := range outcomeNames {
+		m.outcomeAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", name)))
+	}
+	meter := mp.Meter(meterName)
+	var err error
+	if m.claimCounter, err = meter.Int64Counter("pgoutbox.messages.claimed",
+		metric.WithDescription("Messages claimed under a lease.")); err != nil {
+		return nil, err
+	}
+	if m.outcomeCounter, err = meter.Int64Counter("pgoutbox.messages.outcomes",
+		metric.WithDescription("Finalize outcomes by kind: published, retried, deferred, dead, lease_lost, released, panic.")); err != nil {
+		return nil, err
+	}
+	if m.publishHist, err = meter.Float64Histogram("pgoutbox.publish.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time spent in Publisher.Publish.")); err != nil {
+		return nil, err
+	}
+	if m.e2eHist, err = meter.Float64Histogram("pgoutbox.delivery.latency", metric.WithUnit("s"),
+		metric.WithDescription("From created_at (the producing transaction) to a successful publish.")); err != nil {
+		return nil, err
+	}
+	if m.flushHist, err = meter.Int64Histogram("pgoutbox.finalize.batch_size",
+		metric.WithDescription("Rows per batched finalize statement.")); err != nil {
+		return nil, err
+	}
+	gauge := func(name, unit, desc string, f func(o metric.Observer, g metric.Int64ObservableGauge)) error {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			return err
+		}
+		_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			f(o, g)
+			return nil
+		}, g)
+		return err
+	}
+	if err := gauge("pgoutbox.queue.depth", "{message}", "Messages by status (table-wide).", func(o metric.Observer, g metric.Int64ObservableGauge) {
+		q := m.queueStats()
+		for status, n := range q.ByStatus {
+			o.ObserveInt64(g, n, metric.WithAttributes(attribute.String("status", status)))
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if err := gauge("pgoutbox.queue.oldest_age", "s", "Age of the oldest undelivered message.", func(o metric.Observer, g metric.Int64ObservableGauge) {
+		o.ObserveInt64(g, int64(m.queueStats().OldestAgeSeconds))
+	}); err != nil {
+		return nil, err
+	}
+	if err := gauge("pgoutbox.leases.expired", "{message}", "Processing messages past their lease.", func(o metric.Observer, g metric.Int64ObservableGauge) {
+		o.ObserveInt64(g, m.queueStats().ExpiredLeases)
+	}); err != nil {
+		return nil, err
+	}
+	if err := gauge("pgoutbox.aggregates.blocked", "{aggregate}", "Ordered aggregates whose head is dead or stalled.", func(o metric.Observer, g metric.Int64ObservableGauge) {
+		o.ObserveInt64(g, m.queueStats().BlockedAggregates)
+	}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *metrics) queueStats() QueueStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.queue
+}
+
+func (m *metrics) claimed(ctx context.Context, n int) {
+	if n == 0 {
+		return
+	}
+	m.claimedN.Add(int64(n))
+	m.claimCounter.Add(ctx, int64(n))
+}
+
+// add counts n messages with outcome o.
+func (m *metrics) add(o outcome, n int64) {
+	if n == 0 {
+		return
+	}
+	m.outcomes[o].Add(n)
+	m.outcomeCounter.Add(context.Background(), n, m.outcomeAttrs[o])
+}
+
+func (m *metrics) publishDuration(ctx context.Context, d time.Duration, ok bool) {
+	m.publishHist.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.Bool("ok", ok)))
+}
+
+func (m *metrics) delivered(ctx context.Context, sinceCreated time.Duration) {
+	m.e2eHist.Record(ctx, sinceCreated.Seconds())
+}
+
+func (m *metrics) finalizeFlush(ctx context.Context, n int, _ time.Duration) {
+	m.flushes.Add(1)
+	m.flushHist.Record(ctx, int64(n))
+}
+
+// Stats returns a snapshot of this dispatcher's counters.
+func (d *Dispatcher) Stats() Stats {
+	m := d.metrics
+	return Stats{
+		Claimed: m.claimedN.Load(), Recovered: m.recovered.Load(), Published: m.outcomes[outPublished].Load(), Retried: m.outcomes[outRetried].Load(),
+		Deferred: m.outcomes[outDeferred].Load(), Dead: m.outcomes[outDead].Load(), LeaseLost: m.outcomes[outLeaseLost].Load(),
+		Released: m.outcomes[outReleased].Load(), NearExpiry: m.outcomes[outNearExpiry].Load(), Panics: m.outcomes[outPanic].Load(),
+		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
+		Notifications: m.notifications.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
+		Queue: m.queueStats(),
+	}
+}

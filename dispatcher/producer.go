@@ -1,0 +1,211 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// Event is one outbox row to write.
+type Event struct {
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	// Payload must be a JSON document (validated; stored as jsonb).
+	Payload json.RawMessage
+	// Headers are forwarded by publishers next to the payload. Optional.
+	Headers map[string]string
+	// Ordered asks for per-aggregate order: the event is delivered only after
+	// every earlier ordered event of the same AggregateID is done (and a dead
+	// predecessor blocks it). Producers can set it per event type through
+	// ProducerConfig instead.
+	Ordered bool
+	// AvailableAt schedules the first delivery attempt no earlier than this
+	// time. Zero means now (database clock).
+	AvailableAt time.Time
+}
+
+// ProducerConfig configures a Producer. The zero value is valid.
+type ProducerConfig struct {
+	// OrderedEventTypes and OrderedAggregateTypes mark matching events as
+	// Ordered, so ordering is chosen per event type or aggregate type in one
+	// table (the seed: order only the event types that need it).
+	// Default to none.
+	OrderedEventTypes     []string
+	OrderedAggregateTypes []string
+	// MaxPayloadBytes rejects larger payloads.
+	// Defaults to MaxPayloadBytesDefault (1 MiB).
+	MaxPayloadBytes int
+	// MaxIdentifierBytes bounds AggregateType, AggregateID and EventType.
+	// Defaults to MaxIdentifierBytesDefault (255).
+	MaxIdentifierBytes int
+}
+
+// Producer writes events into the outbox inside the caller's transaction.
+type Producer struct {
+	cfg ProducerConfig
+}
+
+// NewProducer returns a Producer.
+func NewProducer(cfg ProducerConfig) *Producer {
+	if cfg.MaxPayloadBytes <= 0 {
+		cfg.MaxPayloadBytes = MaxPayloadBytesDefault
+	}
+	if cfg.MaxIdentifierBytes <= 0 {
+		cfg.MaxIdentifierBytes = MaxIdentifierBytesDefault
+	}
+	return &Producer{cfg: cfg}
+}
+
+var defaultProducer = NewProducer(ProducerConfig{})
+
+// Enqueue writes ev through tx — the caller's business transaction (a pgx.Tx,
+// or anything satisfying db.DBTX) — so the event commits or rolls back with
+// the business change. Idle dispatchers are woken at COMMIT by the table's
+// NOTIFY trigger. It returns the outbox id. Invalid events are rejected with
+// an error wrapping ErrInvalidEvent before anything is written.
+func Enqueue(ctx context.Context, tx db.DBTX, ev Event) (int64, error) {
+	return defaultProducer.Enqueue(ctx, tx, ev)
+}
+
+// EnqueueMany writes events with one COPY through tx. Every event is
+// validated first; one invalid event rejects the whole call and writes
+// nothing. AvailableAt is not supported here (rows are available at once).
+func EnqueueMany(ctx context.Context, tx db.DBTX, events []Event) (int64, error) {
+	return defaultProducer.EnqueueMany(ctx, tx, events)
+}
+
+// Enqueue is the package-level Enqueue with this producer's configuration.
+func (p *Producer) Enqueue(ctx context.Context, tx db.DBTX, ev Event) (int64, error) {
+	params, err := p.prepare(ev)
+	if err != nil {
+		return 0, err
+	}
+	arg := db.OutboxEnqueueParams{
+		AggregateType: params.AggregateType,
+		AggregateID:   params.AggregateID,
+		EventType:     params.EventType,
+		Payload:       params.Payload,
+		Headers:       params.Headers,
+		Ordered:       params.Ordered,
+	}
+	if !ev.AvailableAt.IsZero() {
+		at := ev.AvailableAt
+		arg.AvailableAt = &at
+	}
+	id, err := db.New(tx).OutboxEnqueue(ctx, arg)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: enqueue: %w", err)
+	}
+	return id, nil
+}
+
+// EnqueueMany is the package-level EnqueueMany with this producer's
+// configuration.
+func (p *Producer) EnqueueMany(ctx context.Context, tx db.DBTX, events []Event) (int64, error) {
+	rows := make([]db.OutboxEnqueueManyParams, 0, len(events))
+	for i, ev := range events {
+		if !ev.AvailableAt.IsZero() {
+			return 0, fmt.Errorf("%w: event %d: AvailableAt is not supported by EnqueueMany; use Enqueue", ErrInvalidEvent, i)
+		}
+		r, err := p.prepare(ev)
+		if err != nil {
+			return 0, fmt.Errorf("event %d: %w", i, err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	n, err := db.New(tx).OutboxEnqueueMany(ctx, rows)
+	if err != nil {
+		return n, fmt.Errorf("outbox: enqueue many: %w", err)
+	}
+	return n, nil
+}
+
+var emptyHeaders = []byte(`{}`)
+
+func (p *Producer) prepare(ev Event) (db.OutboxEnqueueManyParams, error) {
+	if err := p.validate(ev); err != nil {
+		return db.OutboxEnqueueManyParams{}, err
+	}
+	headers := emptyHeaders
+	if len(ev.Headers) > 0 {
+		b, err := json.Marshal(ev.Headers)
+		if err != nil {
+			return db.OutboxEnqueueManyParams{}, fmt.Errorf("%w: headers: %v", ErrInvalidEvent, err)
+		}
+		headers = b
+	}
+	return db.OutboxEnqueueManyParams{
+		AggregateType: ev.AggregateType,
+		AggregateID:   ev.AggregateID,
+		EventType:     ev.EventType,
+		Payload:       bytes.TrimSpace(ev.Payload),
+		Headers:       headers,
+		Ordered: ev.Ordered ||
+			slices.Contains(p.cfg.OrderedEventTypes, ev.EventType) ||
+			slices.Contains(p.cfg.OrderedAggregateTypes, ev.AggregateType),
+	}, nil
+}
+
+func (p *Producer) validate(ev Event) error {
+	for _, f := range []struct{ name, value string }{
+		{"AggregateType", ev.AggregateType},
+		{"AggregateID", ev.AggregateID},
+		{"EventType", ev.EventType},
+	} {
+		if f.value == "" {
+			return fmt.Errorf("%w: %s is empty", ErrInvalidEvent, f.name)
+		}
+		if len(f.value) > p.cfg.MaxIdentifierBytes {
+			return fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalidEvent, f.name, len(f.value), p.cfg.MaxIdentifierBytes)
+		}
+		if !utf8.ValidString(f.value) || bytes.IndexByte([]byte(f.value), 0) >= 0 {
+			return fmt.Errorf("%w: %s is not valid UTF-8 text", ErrInvalidEvent, f.name)
+		}
+	}
+	if len(ev.Payload) == 0 {
+		return fmt.Errorf("%w: Payload is empty (use {} or null for no data)", ErrInvalidEvent)
+	}
+	if len(ev.Payload) > p.cfg.MaxPayloadBytes {
+		return fmt.Errorf("%w: Payload is %d bytes, the limit is %d", ErrInvalidEvent, len(ev.Payload), p.cfg.MaxPayloadBytes)
+	}
+	if !json.Valid(ev.Payload) {
+		return fmt.Errorf("%w: Payload is not valid JSON", ErrInvalidEvent)
+	}
+	// jsonb cannot store the NUL character; rejecting it here keeps the
+	// caller's transaction alive (a failed INSERT would abort it).
+	if bytes.Contains(ev.Payload, []byte(`\u0000`)) && containsNUL(ev.Payload) {
+		return fmt.Errorf("%w: Payload contains \\u0000, which PostgreSQL jsonb cannot store", ErrInvalidEvent)
+	}
+	for k, v := range ev.Headers {
+		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: header %q: names must be non-empty and names and values valid UTF-8", ErrInvalidEvent, k)
+		}
+	}
+	return nil
+}
+
+// containsNUL reports whether any decoded JSON string (key or value) holds
+// U+0000. Only called when the raw text mentions \u0000.
+func containsNUL(raw []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if s, ok := tok.(string); ok && strings.IndexByte(s, 0) >= 0 {
+			return true
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package dispatcher
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// StalledAfterDefault is how long an ordered aggregate's head may stay
+// undelivered before the aggregate counts as blocked in the gauges.
+const StalledAfterDefault = 5 * time.Minute
+
+// refreshStats reads the monitoring queries every StatsInterval into the
+// observable gauges (the OpenTelemetry callbacks only read the cached copy,
+// so a metrics scrape never waits on the database).
+func (d *Dispatcher) refreshStats(ctx context.Context) {
+	t := time.NewTicker(d.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		q, err := ReadQueueStats(ctx, d.q)
+		if err != nil && ctx.Err() == nil {
+			d.log.Debug("queue stats refresh failed", slog.Any("error", err))
+		} else if err == nil {
+			d.metrics.mu.Lock()
+			d.metrics.queue = q
+			d.metrics.mu.Unlock()
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// ReadQueueStats runs the monitoring queries once (table-wide figures).
+func ReadQueueStats(ctx context.Context, q *db.Queries) (QueueStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out := QueueStats{At: time.Now(), ByStatus: map[string]int64{}}
+	counts, err := q.OutboxCountByStatus(ctx)
+	if err != nil {
+		return out, err
+	}
+	for _, s := range []string{"pending", "processing", "done", "dead"} {
+		out.ByStatus[s] = 0
+	}
+	for _, c := range counts {
+		out.ByStatus[c.Status] = c.Count
+	}
+	if out.OldestAgeSeconds, err = q.OutboxOldestPendingAge(ctx); err != nil {
+		return out, err
+	}
+	if out.ExpiredLeases, err = q.OutboxExpiredLeases(ctx); err != nil {
+		return out, err
+	}
+	blocked, err := q.OutboxBlockedAggregates(ctx, db.OutboxBlockedAggregatesParams{
+		StalledAfter: StalledAfterDefault, MaxRows: 10000,
+	})
+	if err != nil {
+		return out, err
+	}
+	out.BlockedAggregates = int64(len(blocked))
+	return out, nil
+}

@@ -1,0 +1,258 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// errPanic marks a publish that panicked.
+var errPanic = errors.New("publisher panicked")
+
+// work publishes jobs until the channel closes.
+func (d *Dispatcher) work(hardCtx context.Context, jobs <-chan *job, fin *finalizer, rel *releaser) {
+	for j := range jobs {
+		if d.stopping.Load() {
+			rel.add(j) // claimed but never started: hand back at once
+			continue
+		}
+		minRemaining := d.cfg.PublishTimeout
+		if d.cfg.HeartbeatInterval > 0 {
+			minRemaining = d.cfg.HeartbeatInterval
+		}
+		if time.Until(j.deadline) < minRemaining {
+			// Too close to expiry to start: another dispatcher could take it
+			// over mid-publish. Hand it back instead (attempt refunded).
+			d.metrics.add(outNearExpiry, 1)
+			rel.add(j)
+			continue
+		}
+		d.publish(hardCtx, j, fin, rel)
+	}
+}
+
+func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin *finalizer, rel *releaser) {
+	pctx, cancel := context.WithTimeoutCause(hardCtx, d.cfg.PublishTimeout, context.DeadlineExceeded)
+	defer cancel()
+	var leaseLost func() bool = func() bool { return false }
+	if d.cfg.HeartbeatInterval > 0 {
+		pctx2, cancel2 := context.WithCancelCause(pctx)
+		defer cancel2(nil)
+		pctx = pctx2
+		stop, lost := d.heartbeat(hardCtx, j, cancel2)
+		defer stop()
+		leaseLost = lost
+	}
+
+	start := time.Now()
+	err := d.safePublish(pctx, j.msg)
+	elapsed := time.Since(start)
+	d.metrics.publishDuration(hardCtx, elapsed, err == nil)
+
+	switch {
+	case leaseLost():
+		// The heartbeat found the lease taken over: the new owner finalizes.
+		d.leaseLost(j, "heartbeat")
+		d.release(1)
+		return
+	case err == nil:
+		d.metrics.delivered(hardCtx, time.Since(j.msg.CreatedAt))
+		fin.add(j)
+		return
+	case errors.Is(err, errPanic):
+		// Treated as a crash of this message: no finalize, the attempt is
+		// spent, the lease expires and a later claim recovers it in isolation
+		// (or the reap buries it at max attempts).
+		d.metrics.add(outPanic, 1)
+		d.log.Error("publisher panicked; message left to lease recovery",
+			slog.Int64("outbox_id", j.id), slog.Int64("lease_version", j.leaseVersion), slog.Any("error", err))
+		d.release(1)
+		return
+	case hardCtx.Err() != nil:
+		// Shutdown cancelled the publish: hand the message back; it may have
+		// been delivered, and the receiver deduplicates by id.
+		rel.add(j)
+		return
+	}
+	d.fail(hardCtx, j, err, pctx)
+}
+
+// fail applies the publisher's classification with a fenced write.
+func (d *Dispatcher) fail(ctx context.Context, j *job, err error, pctx context.Context) {
+	defer d.release(1)
+	var (
+		def  *DeferError
+		retr *RetryableError
+		perm *PermanentError
+	)
+	timedOut := errors.Is(err, context.DeadlineExceeded) && context.Cause(pctx) == context.DeadlineExceeded
+	switch {
+	case errors.As(err, &def):
+		d.finalizeDefer(ctx, j, def)
+	case errors.As(err, &retr):
+		d.finalizeRetry(ctx, j, err, retr.After)
+	case errors.As(err, &perm):
+		d.finalizeDead(ctx, j, err.Error())
+	case timedOut:
+		d.finalizeRetry(ctx, j, fmt.Errorf("publish timed out after %s: %w", d.cfg.PublishTimeout, err), 0)
+	default:
+		switch d.cfg.UnclassifiedErrors {
+		case UnclassifiedAsRetryable:
+			d.finalizeRetry(ctx, j, err, 0)
+		case UnclassifiedAsPermanent:
+			d.finalizeDead(ctx, j, "unclassified: "+err.Error())
+		default:
+			d.metrics.add(outUnclassified, 1)
+			d.log.Error("unclassified publish error; message left processing until its lease expires (UnclassifiedAsCrash)",
+				slog.Int64("outbox_id", j.id), slog.Int64("lease_version", j.leaseVersion),
+				slog.Int("attempt", int(j.attempts)), slog.Any("error", err))
+		}
+	}
+}
+
+func (d *Dispatcher) finalizeRetry(ctx context.Context, j *job, err error, after time.Duration) {
+	if int(j.attempts) >= d.cfg.MaxAttempts {
+		d.finalizeDead(ctx, j, fmt.Sprintf("retries exhausted after %d attempts: %v", j.attempts, err))
+		return
+	}
+	delay := max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
+	n, werr := retryDB(ctx, d, "reschedule", func() (int64, error) {
+		return d.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{
+			ID: j.id, LeaseVersion: j.leaseVersion, Delay: delay, Error: err.Error(), RefundAttempt: false,
+		})
+	})
+	if werr != nil {
+		return
+	}
+	if n == 0 {
+		d.leaseLost(j, "reschedule")
+		return
+	}
+	d.metrics.add(outRetried, 1)
+	d.log.Debug("publish failed, retrying", slog.Int64("outbox_id", j.id), slog.Int("attempt", int(j.attempts)),
+		slog.Duration("delay", delay), slog.Any("error", err))
+}
+
+func (d *Dispatcher) finalizeDefer(ctx context.Context, j *job, def *DeferError) {
+	delay := max(def.Delay, 0)
+	status, werr := retryDBValue(ctx, d, "defer", func() (string, error) {
+		return d.q.OutboxDefer(ctx, db.OutboxDeferParams{
+			ID: j.id, LeaseVersion: j.leaseVersion, Delay: delay, Error: def.Reason, MaxAge: d.cfg.MaxDeferAge,
+		})
+	})
+	switch {
+	case errors.Is(werr, pgx.ErrNoRows):
+		d.leaseLost(j, "defer")
+	case werr != nil:
+	case status == "dead":
+		d.metrics.add(outDead, 1)
+		d.log.Warn("deferred past MaxDeferAge; message is dead", slog.Int64("outbox_id", j.id),
+			slog.Duration("max_defer_age", d.cfg.MaxDeferAge), slog.String("reason", def.Reason))
+	default:
+		d.metrics.add(outDeferred, 1)
+	}
+}
+
+func (d *Dispatcher) finalizeDead(ctx context.Context, j *job, reason string) {
+	n, werr := retryDB(ctx, d, "mark dead", func() (int64, error) {
+		return d.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: j.id, LeaseVersion: j.leaseVersion, Error: reason})
+	})
+	if werr != nil {
+		return
+	}
+	if n == 0 {
+		d.leaseLost(j, "mark dead")
+		return
+	}
+	d.metrics.add(outDead, 1)
+	d.log.Warn("message is dead", slog.Int64("outbox_id", j.id), slog.String("event_type", j.msg.EventType),
+		slog.String("aggregate_id", j.msg.AggregateID), slog.Int("attempt", int(j.attempts)), slog.String("error", reason))
+}
+
+func (d *Dispatcher) leaseLost(j *job, op string) {
+	d.metrics.add(outLeaseLost, 1)
+	d.log.Warn("lost lease", slog.Int64("outbox_id", j.id), slog.Int64("lease_version", j.leaseVersion),
+		slog.String("op", op))
+	if d.cfg.OnLeaseLost != nil {
+		d.cfg.OnLeaseLost(j.id, j.leaseVersion)
+	}
+}
+
+// safePublish calls the publisher, turning a panic into errPanic.
+func (d *Dispatcher) safePublish(ctx context.Context, msg Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v\n%s", errPanic, r, debug.Stack())
+		}
+	}()
+	return d.pub.Publish(ctx, msg)
+}
+
+// heartbeat extends j's lease every HeartbeatInterval while the publish runs.
+// If an extension finds the lease lost it cancels the publish. stop ends it;
+// lost reports whether the lease was found lost.
+func (d *Dispatcher) heartbeat(ctx context.Context, j *job, cancel context.CancelCauseFunc) (stop func(), lost func() bool) {
+	done := make(chan struct{})
+	lostCh := make(chan struct{})
+	go func() {
+		t := time.NewTicker(d.cfg.HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			n, err := d.q.OutboxExtendLease(ctx, db.OutboxExtendLeaseParams{ID: j.id, LeaseVersion: j.leaseVersion, Lease: d.cfg.Lease})
+			if err != nil {
+				d.log.Warn("heartbeat failed; will retry", slog.Int64("outbox_id", j.id), slog.Any("error", err))
+				continue
+			}
+			if n == 0 {
+				close(lostCh)
+				cancel(ErrLeaseLost)
+				return
+			}
+			d.metrics.heartbeats.Add(1)
+		}
+	}()
+	return func() { close(done) }, func() bool {
+		select {
+		case <-lostCh:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// retryDB runs a fenced single-row write, retrying transient database errors
+// with backoff until it succeeds or ctx ends.
+func retryDB(ctx context.Context, d *Dispatcher, op string, f func() (int64, error)) (int64, error) {
+	return retryDBValue(ctx, d, op, f)
+}
+
+func retryDBValue[T any](ctx context.Context, d *Dispatcher, op string, f func() (T, error)) (T, error) {
+	failures := 0
+	for {
+		v, err := f()
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
+			return v, err
+		}
+		if ctx.Err() != nil {
+			d.log.Error("giving up a fenced write at shutdown; the lease will expire and the message be re-delivered",
+				slog.String("op", op), slog.Any("error", err))
+			return v, err
+		}
+		d.dbError(ctx, op, err, &failures)
+	}
+}
