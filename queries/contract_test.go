@@ -393,4 +393,3 @@ func TestMonitoring_SeedQueries(t *testing.T) {
 		}
 	}
 }
-

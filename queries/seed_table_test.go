@@ -317,7 +317,7 @@ func TestOrderedClaim_OnlyHeadsThenNextAfterDone(t *testing.T) {
 	x := b.seedOrdered(t, 3, "X")
 	y := b.seedOrdered(t, 2, "Y")
 
-	first := b.claimOrdered(t, "w", 50)
+	first := claimOrderedN(t, b, 2)
 	if diff := cmp.Diff([]int64{x[0], y[0]}, ids(first)); diff != "" {
 		t.Fatalf("first claim (-want +got):\n%s", diff)
 	}
@@ -325,7 +325,7 @@ func TestOrderedClaim_OnlyHeadsThenNextAfterDone(t *testing.T) {
 		t.Fatalf("second claim while heads are in flight: %v", got)
 	}
 	b.markDone(t, first[0]) // X's head done
-	next := b.claimOrdered(t, "w", 50)
+	next := claimOrderedN(t, b, 1)
 	if diff := cmp.Diff([]int64{x[1]}, ids(next)); diff != "" {
 		t.Fatalf("after X head done (-want +got):\n%s", diff)
 	}
