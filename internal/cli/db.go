@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
+)
+
+// database is a resolved --database-url / DATABASE_URL.
+type database struct {
+	raw      string
+	redacted string
+	source   string // "--database-url" or "DATABASE_URL"
+	cfg      *pgxpool.Config
+}
+
+// resolveDatabase picks the URL (flag first, then the environment) and
+// parses it without connecting.
+func (a *app) resolveDatabase(f *flags, flagValue string) (*database, error) {
+	d := &database{raw: flagValue, source: "--database-url"}
+	if d.raw == "" {
+		d.raw, d.source = a.getenv("DATABASE_URL"), "DATABASE_URL"
+	}
+	if d.raw == "" {
+		return nil, f.usageError("no database: set DATABASE_URL or pass --database-url (for example postgres://user:password@localhost:5432/app)")
+	}
+	d.redacted = redactDSN(d.raw)
+	a.secrets.add(urlSecrets(d.raw, false)...)
+	cfg, err := pgxpool.ParseConfig(d.raw)
+	if err != nil {
+		return nil, failf("invalid database URL %s: %s; check %s", d.redacted, a.secrets.scrub(unwrapParse(err)), d.source)
+	}
+	a.secrets.add(cfg.ConnConfig.Password)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	d.cfg = cfg
+	return d, nil
+}
+
+// unwrapParse drops pgconn's "cannot parse `<dsn>`:" prefix (the DSN is
+// already shown, redacted).
+func unwrapParse(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "`: "); i >= 0 && strings.HasPrefix(msg, "cannot parse `") {
+		return msg[i+3:]
+	}
+	return msg
+}
+
+// compactErr puts a multi-line driver error (pgx lists every address it
+// tried) on one line, without repeated lines.
+func compactErr(msg string) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(msg, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || seen[line] {
+			continue
+		}
+		seen[line] = true
+		parts = append(parts, strings.TrimSuffix(line, ":"))
+	}
+	return strings.Join(parts, ": ")
+}
+
+// connect opens a pool and pings the server.
+func (a *app) connect(ctx context.Context, d *database) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, d.cfg)
+	if err != nil {
+		return nil, failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.scrub(err.Error()), d.source)
+	}
+	if err := a.ping(ctx, pool); err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, failf("interrupted while connecting to PostgreSQL at %s", d.redacted)
+		}
+		return nil, failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.scrub(compactErr(err.Error())), d.source)
+	}
+	return pool, nil
+}
+
+func (a *app) ping(ctx context.Context, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return pool.Ping(ctx)
+}
+
+// checkSchema fails unless every migration this build knows is applied.
+func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	err := migrations.Check(ctx, pool)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, migrations.ErrNotMigrated) {
+		detail := strings.TrimPrefix(err.Error(), migrations.ErrNotMigrated.Error())
+		detail = strings.TrimPrefix(detail, ": ")
+		if detail != "" {
+			detail = " (" + detail + ")"
+		}
+		return failf("schema not migrated%s: run `pgoutbox migrate up`", detail)
+	}
+	return failf("checking the schema: %s", a.secrets.scrub(err.Error()))
+}
+
+// open = resolve + connect + checkSchema: what every data command needs.
+func (a *app) open(ctx context.Context, f *flags, flagValue string) (*pgxpool.Pool, *database, error) {
+	d, err := a.resolveDatabase(f, flagValue)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := a.connect(ctx, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.checkSchema(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, d, nil
+}
+
+// dbError wraps a query error for the user.
+func (a *app) dbError(what string, err error) error {
+	return failf("%s: %s", what, a.secrets.scrub(fmt.Sprint(err)))
+}

@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+var dataCommands = []string{
+	"migrate up", "migrate down", "migrate status", "stats", "dead list", "dead retry 1", "dead skip 1 --reason r",
+	"dead retry --all-matching --yes", "purge --older-than 7d", "run --publisher discard",
+	"enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {}",
+}
+
+func TestDatabase_UnreachableSaysWhereWithoutThePassword(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, url, shown, source string
+		flag                     bool
+	}{
+		{"url", "postgres://app:s3cr3t-pw@127.0.0.1:1/app", "postgres://app:xxxxx@127.0.0.1:1/app", "DATABASE_URL", false},
+		{"url flag", "postgres://app:s3cr3t-pw@127.0.0.1:1/app?sslmode=disable", "postgres://app:xxxxx@127.0.0.1:1/app?sslmode=disable", "--database-url", true},
+		{"password in query", "postgres://app@127.0.0.1:1/app?password=s3cr3t-pw", "postgres://app@127.0.0.1:1/app?password=xxxxx", "DATABASE_URL", false},
+		{"keyword/value", "host=127.0.0.1 port=1 user=app password=s3cr3t-pw dbname=app", "host=127.0.0.1 port=1 user=app password=xxxxx dbname=app", "DATABASE_URL", false},
+		{"quoted keyword/value", "host=127.0.0.1 port=1 user=app password='s3cr3t-pw' dbname=app", "host=127.0.0.1 port=1 user=app password=xxxxx dbname=app", "DATABASE_URL", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, cmd := range dataCommands {
+				inv := invocation{env: map[string]string{"DATABASE_URL": tc.url}}
+				args := strings.Fields(cmd)
+				if tc.flag {
+					inv.env = nil
+					args = append(args, "--database-url", tc.url)
+				}
+				r := call(t, inv, args...)
+				wantCode(t, r, ExitFailure)
+				mustContain(t, r, "stderr", "pgoutbox: cannot reach PostgreSQL at "+tc.shown)
+				mustContain(t, r, "stderr", "connection refused")
+				mustContain(t, r, "stderr", "; check "+tc.source)
+				if strings.Contains(r.stdout+r.stderr, "s3cr3t") {
+					t.Errorf("%s: the password leaked:\n%s", cmd, r)
+				}
+			}
+		})
+	}
+}
+
+func TestDatabase_InvalidURL(t *testing.T) {
+	t.Parallel()
+	r := call(t, invocation{env: map[string]string{"DATABASE_URL": "postgres://app:s3cr3t-pw@127.0.0.1:notaport/app"}}, "stats")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "pgoutbox: invalid database URL postgres://")
+	mustContain(t, r, "stderr", "check DATABASE_URL")
+	if strings.Contains(r.stderr, "s3cr3t") {
+		t.Errorf("the password leaked:\n%s", r)
+	}
+}
+
+// unmigratedURL creates an empty database (no pgoutbox schema).
+func unmigratedURL(t *testing.T) string {
+	t.Helper()
+	admin := pgtest.AdminURL(t)
+	name := fmt.Sprintf("pgoutbox_cli_empty_%d", time.Now().UnixNano())
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func TestDatabase_UnmigratedSchemaSaysRunMigrateUp(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": unmigratedURL(t)}
+	for _, cmd := range []string{"stats", "dead list", "dead retry 1", "purge --older-than 7d", "run --publisher discard",
+		"enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {}"} {
+		r := call(t, invocation{env: env}, strings.Fields(cmd)...)
+		wantCode(t, r, ExitFailure)
+		mustContain(t, r, "stderr", "pgoutbox: schema not migrated (version table pgoutbox_migrations not found): run `pgoutbox migrate up`")
+	}
+}
+
+func TestMigrate_UpStatusDown(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": unmigratedURL(t)}
+
+	r := call(t, invocation{env: env}, "migrate", "status")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "version: 0 (this build: 2, 2 pending: run `pgoutbox migrate up`)")
+	mustContain(t, r, "stdout", "pending  -           00001_outbox.sql")
+	mustContain(t, r, "stdout", "pending  -           00002_outbox_notify.sql")
+
+	r = call(t, invocation{env: env}, "migrate", "up")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "applied  00001_outbox.sql")
+	mustContain(t, r, "stdout", "applied  00002_outbox_notify.sql")
+	mustContain(t, r, "stdout", "schema at version 2")
+
+	r = call(t, invocation{env: env}, "migrate", "up")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "already up to date: version 2")
+
+	r = call(t, invocation{env: env}, "migrate", "status")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "version: 2 (this build: 2, up to date)")
+	if n := strings.Count(r.stdout, "applied  20"); n != 2 {
+		t.Errorf("want 2 applied rows with a date, got %d\n%s", n, r)
+	}
+
+	// The schema works now.
+	r = call(t, invocation{env: env}, "stats")
+	wantCode(t, r, ExitOK)
+
+	r = call(t, invocation{env: env}, "migrate", "down")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "rolled back  00002_outbox_notify.sql")
+	mustContain(t, r, "stdout", "schema at version 1")
+
+	r = call(t, invocation{env: env}, "stats")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "schema not migrated (database at version 1, this build needs 2): run `pgoutbox migrate up`")
+
+	// Version 1 holds the table: dropping it needs confirmation.
+	r = call(t, invocation{env: env}, "migrate", "down")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "refusing to roll back to version 0, dropping the outbox table and every message in it without confirmation: stdin is not a terminal; pass --yes to confirm")
+	yes := true
+	r = call(t, invocation{env: env, terminal: &yes, stdin: "n\n"}, "migrate", "down")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "roll back to version 0, dropping the outbox table and every message in it? [y/N]")
+	mustContain(t, r, "stderr", "not confirmed; nothing changed")
+
+	r = call(t, invocation{env: env}, "migrate", "status")
+	mustContain(t, r, "stdout", "version: 1 ")
+
+	r = call(t, invocation{env: env}, "migrate", "down", "--yes")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "rolled back  00001_outbox.sql")
+	mustContain(t, r, "stdout", "schema at version 0")
+
+	r = call(t, invocation{env: env}, "migrate", "down")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "nothing to roll back")
+
+	r = call(t, invocation{env: env}, "migrate", "up")
+	wantCode(t, r, ExitOK)
+	r = call(t, invocation{env: env}, "migrate", "down", "--to", "1")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "schema at version 1")
+}

@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// The SQL rewriter behind `pgoutbox init`: it renames the table outbox and
+// every name derived from it, token by token, so that only whole identifiers
+// change (never "outbox" inside a longer word) and string literals, quoted
+// identifiers, comments and dollar-quoted bodies are each handled as what
+// they are.
+
+// tableRename maps the table name outbox to another.
+type tableRename struct {
+	table string // billing_outbox
+	camel string // BillingOutbox
+}
+
+// ident renames an identifier in SQL code (or a string literal holding
+// exactly an identifier): outbox -> table, outbox_x -> table_x,
+// OutboxX -> CamelX. Unquoted SQL identifiers are case-insensitive.
+func (r tableRename) ident(w string) string {
+	lw := strings.ToLower(w)
+	switch {
+	case lw == "outbox":
+		return r.table
+	case strings.HasPrefix(lw, "outbox_"):
+		return r.table + w[len("outbox"):]
+	case isQueryName(w):
+		return r.camel + w[len("Outbox"):]
+	}
+	return w
+}
+
+// commentIdent renames identifiers mentioned in comments (query names such
+// as OutboxClaim in "-- name: OutboxClaim :many", index and trigger names),
+// but keeps the plain word "outbox" of the prose.
+func (r tableRename) commentIdent(w string) string {
+	if strings.EqualFold(w, "outbox") {
+		return w
+	}
+	return r.ident(w)
+}
+
+// isQueryName reports Outbox followed by an upper-case letter (OutboxClaim).
+func isQueryName(w string) bool {
+	return len(w) > len("Outbox") && strings.HasPrefix(w, "Outbox") && w[6] >= 'A' && w[6] <= 'Z'
+}
+
+var (
+	dollarTag  = regexp.MustCompile(`^\$([A-Za-z_][A-Za-z0-9_]*)?\$`)
+	plainIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func isIdentStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+func isIdentChar(c byte) bool  { return isIdentStart(c) || c >= '0' && c <= '9' || c == '$' }
+func isWordChar(c byte) bool   { return isIdentStart(c) || c >= '0' && c <= '9' }
+
+// sqlVisitor receives each kind of token; it returns the replacement text.
+type sqlVisitor struct {
+	code    func(ident string) string // identifier in code
+	comment func(word string) string  // word in a comment
+	str     func(content string) string
+	quoted  func(content string) string // "quoted identifier"
+}
+
+// walkSQL rewrites src token by token.
+func walkSQL(src string, v sqlVisitor) string {
+	var out strings.Builder
+	n := len(src)
+	for i := 0; i < n; {
+		c := src[i]
+		switch {
+		case c == '-' && i+1 < n && src[i+1] == '-':
+			j := strings.IndexByte(src[i:], '\n')
+			if j < 0 {
+				j = n
+			} else {
+				j += i
+			}
+			out.WriteString(mapWords(src[i:j], v.comment))
+			i = j
+		case c == '/' && i+1 < n && src[i+1] == '*':
+			depth, j := 1, i+2
+			for j < n && depth > 0 {
+				switch {
+				case strings.HasPrefix(src[j:], "/*"):
+					depth++
+					j += 2
+				case strings.HasPrefix(src[j:], "*/"):
+					depth--
+					j += 2
+				default:
+					j++
+				}
+			}
+			out.WriteString(mapWords(src[i:j], v.comment))
+			i = j
+		case c == '\'' || c == '"':
+			j := i + 1
+			for j < n {
+				if src[j] == c {
+					if j+1 < n && src[j+1] == c { // doubled quote
+						j += 2
+						continue
+					}
+					break
+				}
+				j++
+			}
+			if j >= n { // unterminated: copy as is
+				out.WriteString(src[i:])
+				return out.String()
+			}
+			content := src[i+1 : j]
+			if c == '\'' {
+				content = v.str(content)
+			} else {
+				content = v.quoted(content)
+			}
+			out.WriteByte(c)
+			out.WriteString(content)
+			out.WriteByte(c)
+			i = j + 1
+		case c == '$':
+			tag := dollarTag.FindString(src[i:])
+			if tag == "" { // $1 or a stray $
+				out.WriteByte(c)
+				i++
+				continue
+			}
+			end := strings.Index(src[i+len(tag):], tag)
+			if end < 0 {
+				out.WriteString(src[i:])
+				return out.String()
+			}
+			body := src[i+len(tag) : i+len(tag)+end]
+			out.WriteString(tag)
+			out.WriteString(walkSQL(body, v)) // a function body is code
+			out.WriteString(tag)
+			i += 2*len(tag) + end
+		case isIdentStart(c):
+			j := i + 1
+			for j < n && isIdentChar(src[j]) {
+				j++
+			}
+			out.WriteString(v.code(src[i:j]))
+			i = j
+		case c >= '0' && c <= '9':
+			j := i + 1
+			for j < n && (isWordChar(src[j]) || src[j] == '.') {
+				j++
+			}
+			out.WriteString(src[i:j])
+			i = j
+		default:
+			out.WriteByte(c)
+			i++
+		}
+	}
+	return out.String()
+}
+
+// mapWords applies fn to every word ([A-Za-z_][A-Za-z0-9_]*) of text that is
+// not part of a longer run of word characters.
+func mapWords(text string, fn func(string) string) string {
+	var out strings.Builder
+	n := len(text)
+	for i := 0; i < n; {
+		if !isWordChar(text[i]) {
+			out.WriteByte(text[i])
+			i++
+			continue
+		}
+		j := i + 1
+		for j < n && isWordChar(text[j]) {
+			j++
+		}
+		w := text[i:j]
+		if isIdentStart(w[0]) {
+			w = fn(w)
+		}
+		out.WriteString(w)
+		i = j
+	}
+	return out.String()
+}
+
+// renameSQL rewrites one SQL file for r and returns the identifiers it
+// produced in code (to check their length).
+func (r tableRename) renameSQL(src string) (string, []string) {
+	var produced []string
+	code := func(w string) string {
+		out := r.ident(w)
+		if out != w {
+			produced = append(produced, out)
+		}
+		return out
+	}
+	out := walkSQL(src, sqlVisitor{
+		code:    code,
+		comment: r.commentIdent,
+		str: func(s string) string {
+			if plainIdent.MatchString(s) {
+				return code(s)
+			}
+			return s
+		},
+		quoted: code,
+	})
+	return out, produced
+}
+
+// leftovers lists the names derived from "outbox" that remain in src: in
+// code and string literals any outbox, outbox_*, Outbox*; in comments
+// outbox_* and Outbox* (the plain word is prose). Names that start with the
+// new table name (or its CamelCase form) are not leftovers.
+func leftovers(src, table, camel string) []string {
+	var found []string
+	isNew := func(w string) bool {
+		return strings.HasPrefix(strings.ToLower(w), table) || strings.HasPrefix(w, camel)
+	}
+	check := func(w string, prose bool) string {
+		lw := strings.ToLower(w)
+		old := (lw == "outbox" && !prose) || strings.HasPrefix(lw, "outbox_") || isQueryName(w)
+		if old && !isNew(w) {
+			found = append(found, w)
+		}
+		return w
+	}
+	walkSQL(src, sqlVisitor{
+		code:    func(w string) string { return check(w, false) },
+		comment: func(w string) string { return check(w, true) },
+		str: func(s string) string {
+			if plainIdent.MatchString(s) {
+				check(s, false)
+			}
+			return s
+		},
+		quoted: func(s string) string { return check(s, false) },
+	})
+	return found
+}
+
+// camelCase turns billing_outbox into BillingOutbox.
+func camelCase(s string) string {
+	var b strings.Builder
+	for part := range strings.SplitSeq(s, "_") {
+		if part == "" {
+			continue
+		}
+		b.WriteString(strings.ToUpper(part[:1]))
+		b.WriteString(part[1:])
+	}
+	return b.String()
+}
+
+var tableNameRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// reservedWords are PostgreSQL's reserved key words (the "reserved" and
+// "reserved (can be function or type)" rows of the key word appendix): they
+// cannot be a table name without quoting. Non-reserved key words are valid
+// table names and are accepted.
+var reservedWords = map[string]bool{}
+
+func init() {
+	for w := range strings.FieldsSeq(`all analyse analyze and any array as asc asymmetric authorization binary both
+		case cast check collate collation column concurrently constraint create cross current_catalog current_date
+		current_role current_schema current_time current_timestamp current_user default deferrable desc distinct do
+		else end except false fetch for foreign freeze from full grant group having ilike in initially inner
+		intersect into is isnull join lateral leading left like limit localtime localtimestamp natural not notnull
+		null offset on only or order outer overlaps placing primary references returning right select session_user
+		similar some symmetric system_user table tablesample then to trailing true union unique user using
+		variadic verbose when where window with`) {
+		reservedWords[w] = true
+	}
+}
+
+// validateTable checks a table name for init: every identifier built from
+// it is then safe to splice into SQL.
+func validateTable(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("--table is required (for example --table billing_outbox)")
+	case !tableNameRe.MatchString(name):
+		return fmt.Errorf("invalid --table %q: use 1-63 characters among lower-case letters, digits and '_', not starting with a digit", name)
+	case reservedWords[name]:
+		return fmt.Errorf("invalid --table %q: it is a reserved SQL key word; choose another name (such as %s_outbox)", name, name)
+	case strings.HasPrefix(name, "pg_"):
+		return fmt.Errorf("invalid --table %q: the pg_ prefix is reserved for PostgreSQL's system names", name)
+	}
+	if c := camelCase(name); c == "" || !(c[0] >= 'A' && c[0] <= 'Z') {
+		return fmt.Errorf("invalid --table %q: the query names are built from its CamelCase form (%q), which must start with a letter", name, c)
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// statsReport is one reading of the monitoring queries (the --json shape).
+type statsReport struct {
+	At                  time.Time          `json:"at"`
+	ByStatus            map[string]int64   `json:"by_status"`
+	OldestAgeSeconds    float64            `json:"oldest_undelivered_age_seconds"`
+	ExpiredLeases       int64              `json:"expired_leases"`
+	Dead                int64              `json:"dead"`
+	Attempts            []attemptsRow      `json:"attempts"`
+	StalledAfterSeconds float64            `json:"stalled_after_seconds"`
+	Blocked             []blockedAggregate `json:"blocked_aggregates"`
+	BlockedTruncated    bool               `json:"blocked_aggregates_truncated"`
+	XidHorizon          xidHorizon         `json:"xid_horizon"`
+}
+
+type attemptsRow struct {
+	Attempts int32 `json:"attempts"`
+	Count    int64 `json:"count"`
+}
+
+type blockedAggregate struct {
+	AggregateID      string  `json:"aggregate_id"`
+	HeadID           int64   `json:"head_id"`
+	HeadStatus       string  `json:"head_status"`
+	HeadEventType    string  `json:"head_event_type"`
+	HeadAttempts     int32   `json:"head_attempts"`
+	HeadLastError    *string `json:"head_last_error"`
+	Backlog          int64   `json:"backlog"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+}
+
+type xidHorizon struct {
+	OldestXactAgeSeconds    float64 `json:"oldest_writing_transaction_age_seconds"`
+	OrderedWaitingOnHorizon int64   `json:"ordered_rows_waiting_on_it"`
+}
+
+func (a *app) stats(ctx context.Context, args []string) error {
+	f := newFlags("stats", "pgoutbox stats [flags]",
+		"Shows the monitoring queries as tables: messages by status, the age of the oldest\n"+
+			"undelivered message, expired leases, the attempts distribution of undelivered\n"+
+			"messages, the dead count, ordered aggregates that are blocked (dead head, or\n"+
+			"undelivered for longer than --stalled-after), and the xid horizon (the oldest open\n"+
+			"writing transaction, which holds ordered delivery back).\n"+
+			"Read-only; all figures come from one snapshot.",
+		"  pgoutbox stats\n"+
+			"  pgoutbox stats --json | jq .oldest_undelivered_age_seconds\n"+
+			"  pgoutbox stats --watch 2s\n"+
+			"  pgoutbox stats --stalled-after 1m --max-blocked 100")
+	dbURL := f.databaseURL()
+	asJSON := f.Bool("json", false, "print one JSON object (one per refresh with --watch)")
+	watch := f.duration("watch", 0, "refresh every interval until interrupted (e.g. 2s; 0 = once)")
+	stalledAfter := f.durationDays("stalled-after", 5*time.Minute, "an ordered aggregate whose oldest undelivered message is older than this counts as blocked")
+	maxBlocked := f.int64("max-blocked", 20, "most blocked aggregates to show")
+	if _, err := a.parse(f, args, 0); err != nil {
+		return err
+	}
+	if f.visited("watch") {
+		if err := f.checkPositive("watch", *watch); err != nil {
+			return err
+		}
+	}
+	if err := f.checkPositive("stalled-after", *stalledAfter); err != nil {
+		return err
+	}
+	if err := f.checkRange("max-blocked", *maxBlocked, 1, 10000); err != nil {
+		return err
+	}
+	pool, _, err := a.open(ctx, f, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	clear := *watch > 0 && !*asJSON && a.stdoutIsTerminal()
+	for i := 0; ; i++ {
+		rep, err := a.readStats(ctx, pool, *stalledAfter, int32(*maxBlocked))
+		if err != nil {
+			if ctx.Err() != nil && *watch > 0 {
+				return nil
+			}
+			if *watch == 0 || i == 0 {
+				return a.dbError("stats", err)
+			}
+			fmt.Fprintf(a.stderr, "pgoutbox: stats: %s (retrying in %s)\n", a.secrets.scrub(err.Error()), *watch)
+		} else {
+			switch {
+			case *asJSON:
+				b, _ := json.Marshal(rep)
+				fmt.Fprintf(a.stdout, "%s\n", b)
+			default:
+				var buf strings.Builder
+				if clear {
+					buf.WriteString("\x1b[H\x1b[2J") // cursor home, clear screen
+				} else if i > 0 {
+					fmt.Fprintf(&buf, "\n---------------- %s ----------------\n\n", formatTime(rep.At))
+				}
+				renderStats(&buf, rep)
+				_, _ = io.WriteString(a.stdout, buf.String())
+			}
+		}
+		if *watch == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*watch):
+		}
+	}
+}
+
+// readStats runs the monitoring queries in one read-only repeatable-read
+// transaction, so the figures agree with each other.
+func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter time.Duration, maxBlocked int32) (*statsReport, error) {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tx, err := pool.BeginTx(qctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	q := db.New(tx)
+	rep := &statsReport{At: a.now().UTC(), ByStatus: map[string]int64{}, StalledAfterSeconds: stalledAfter.Seconds(),
+		Attempts: []attemptsRow{}, Blocked: []blockedAggregate{}}
+	for _, s := range []string{"pending", "processing", "done", "dead"} {
+		rep.ByStatus[s] = 0
+	}
+	counts, err := q.OutboxCountByStatus(qctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range counts {
+		rep.ByStatus[c.Status] = c.Count
+	}
+	rep.Dead = rep.ByStatus["dead"]
+	if rep.OldestAgeSeconds, err = q.OutboxOldestPendingAge(qctx); err != nil {
+		return nil, err
+	}
+	if rep.ExpiredLeases, err = q.OutboxExpiredLeases(qctx); err != nil {
+		return nil, err
+	}
+	hist, err := q.OutboxAttemptsHistogram(qctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hist {
+		rep.Attempts = append(rep.Attempts, attemptsRow{Attempts: h.Attempts, Count: h.Count})
+	}
+	blocked, err := q.OutboxBlockedAggregates(qctx, db.OutboxBlockedAggregatesParams{StalledAfter: stalledAfter, MaxRows: maxBlocked + 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(blocked) > int(maxBlocked) {
+		blocked, rep.BlockedTruncated = blocked[:maxBlocked], true
+	}
+	for _, b := range blocked {
+		rep.Blocked = append(rep.Blocked, blockedAggregate{
+			AggregateID: b.AggregateID, HeadID: b.HeadID, HeadStatus: b.HeadStatus, HeadEventType: b.HeadEventType,
+			HeadAttempts: b.HeadAttempts, HeadLastError: b.HeadLastError, Backlog: b.Backlog, OldestAgeSeconds: b.OldestAgeSeconds,
+		})
+	}
+	hz, err := q.OutboxXactHorizon(qctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.XidHorizon = xidHorizon{OldestXactAgeSeconds: hz.OldestXactAgeSeconds, OrderedWaitingOnHorizon: hz.OrderedWaitingOnHorizon}
+	return rep, nil
+}
+
+func renderStats(w io.Writer, r *statsReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "outbox at %s\n\n", formatTime(r.At))
+	fmt.Fprintln(tw, "STATUS\tCOUNT")
+	for _, s := range []string{"pending", "processing", "done", "dead"} {
+		fmt.Fprintf(tw, "%s\t%d\n", s, r.ByStatus[s])
+	}
+	for s, n := range r.ByStatus {
+		if s != "pending" && s != "processing" && s != "done" && s != "dead" {
+			fmt.Fprintf(tw, "%s\t%d\n", tabSafe(s), n)
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "oldest undelivered:\t%s\n", humanAge(r.OldestAgeSeconds))
+	fmt.Fprintf(tw, "expired leases:\t%d\n", r.ExpiredLeases)
+	fmt.Fprintf(tw, "dead:\t%d\n", r.Dead)
+	_ = tw.Flush()
+
+	fmt.Fprint(w, "\nattempts of undelivered messages\n")
+	if len(r.Attempts) == 0 {
+		fmt.Fprint(w, "  none undelivered\n")
+	} else {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ATTEMPTS\tCOUNT")
+		for _, h := range r.Attempts {
+			fmt.Fprintf(tw, "  %d\t%d\n", h.Attempts, h.Count)
+		}
+		_ = tw.Flush()
+	}
+
+	fmt.Fprintf(w, "\nblocked ordered aggregates (dead head, or undelivered for more than %s)\n",
+		formatFlagDuration(time.Duration(r.StalledAfterSeconds*float64(time.Second))))
+	if len(r.Blocked) == 0 {
+		fmt.Fprint(w, "  none\n")
+	} else {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  AGGREGATE\tHEAD ID\tHEAD STATUS\tHEAD EVENT\tATTEMPTS\tBACKLOG\tOLDEST AGE\tLAST ERROR")
+		for _, b := range r.Blocked {
+			lastErr := ""
+			if b.HeadLastError != nil {
+				lastErr = truncate(*b.HeadLastError, 60)
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", tabSafe(truncate(b.AggregateID, 40)), b.HeadID, b.HeadStatus,
+				tabSafe(truncate(b.HeadEventType, 30)), b.HeadAttempts, b.Backlog, humanAge(b.OldestAgeSeconds), tabSafe(lastErr))
+		}
+		_ = tw.Flush()
+		if r.BlockedTruncated {
+			fmt.Fprintf(w, "  (more not shown: raise --max-blocked)\n")
+		}
+	}
+
+	fmt.Fprint(w, "\nxid horizon\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  oldest open writing transaction:\t%s\n", humanAge(r.XidHorizon.OldestXactAgeSeconds))
+	fmt.Fprintf(tw, "  ordered rows waiting on it:\t%d\n", r.XidHorizon.OrderedWaitingOnHorizon)
+	_ = tw.Flush()
+}
