@@ -1,0 +1,264 @@
+// Command bench is pgoutbox's benchmark suite. It starts one throwaway
+// PostgreSQL cluster (default, durable configuration: fsync on,
+// synchronous_commit on; only max_connections and shared_buffers are set),
+// measures every item of the suite against it in one run, and writes
+// BENCHMARKS.md and PNG charts under docs/bench/ in -out.
+//
+//	cd bench && go run ./cmd/bench -out ..          # make bench (< 10 minutes)
+//	cd bench && go run ./cmd/bench -out .. -full    # make bench-full
+//
+// Items: (1) drain throughput vs River, (2) sustained mode latency, (3) claim
+// cost vs retained done rows, (4) ordered mode, (5) the SQL ceiling through
+// pgbench, (6) peak RSS while draining 1,000,000 messages (a child process).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/bench/internal/cluster"
+	"github.com/pgoutbox/pgoutbox/migrations"
+)
+
+// serverSettings are the only settings the benchmark passes to the server.
+// Everything else, durability included, is PostgreSQL's default.
+var serverSettings = map[string]string{
+	"max_connections": "200",
+	"shared_buffers":  "512MB",
+}
+
+const (
+	outboxDB = "outbox_bench"
+	riverDB  = "river_bench"
+)
+
+type options struct {
+	full       bool
+	out        string
+	rounds     int
+	only       map[string]bool
+	url        string // existing server instead of a throwaway cluster (development)
+	cpuprofile string
+	noReport   bool
+	try        string
+}
+
+func (o options) want(item string) bool { return len(o.only) == 0 || o.only[item] }
+
+func main() {
+	var (
+		o    options
+		only string
+		// child mode: drain the outbox in this process and report peak RSS.
+		child  = flag.String("child", "", "internal: run a child measurement (drain-rss)")
+		childN = flag.Int("n", 0, "internal: messages the child expects")
+	)
+	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
+	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
+	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,sweep,sustained,claim,ordered,ceiling,rss); default all")
+	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
+	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not write BENCHMARKS.md or charts")
+	flag.StringVar(&o.try, "try", "", "development: drain 100,000 with this setup (batch=,conc=,fb=,fd=,disp=,pool=) -rounds times, then exit")
+	flag.Parse()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+
+	if *child != "" {
+		if err := runChild(*child, o.url, *childN); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	if o.rounds == 0 {
+		o.rounds = 3
+		if o.full {
+			o.rounds = 7
+		}
+	}
+	if only != "" {
+		o.only = map[string]bool{}
+		for _, s := range strings.Split(only, ",") {
+			o.only[strings.TrimSpace(s)] = true
+		}
+	}
+	if err := run(o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// env is what every item gets: the server, its pools, and where results go.
+type env struct {
+	o          options
+	adminURL   string
+	outboxURL  string
+	riverURL   string
+	outbox     *pgxpool.Pool // setup and verification queries (not the dispatcher's pool)
+	pgBin      string
+	res        *results
+	profFile   *os.File
+	profileOne bool
+}
+
+func run(o options) error {
+	started := time.Now()
+	ctx := context.Background()
+	res := &results{Started: started, Full: o.full, Rounds: o.rounds}
+	e := &env{o: o, res: res}
+
+	if o.url == "" {
+		logf("starting a throwaway PostgreSQL cluster")
+		c, err := cluster.Start(ctx, serverSettings)
+		if err != nil {
+			return err
+		}
+		defer c.Stop()
+		e.adminURL = c.URL("postgres")
+		e.pgBin = c.Bin()
+		e.outboxURL = c.URL(outboxDB)
+		e.riverURL = c.URL(riverDB)
+	} else {
+		e.adminURL = o.url
+		bin, err := cluster.FindBin()
+		if err != nil {
+			return err
+		}
+		e.pgBin = bin
+		e.outboxURL = withDB(o.url, outboxDB)
+		e.riverURL = withDB(o.url, riverDB)
+	}
+	if err := e.createDatabases(ctx); err != nil {
+		return err
+	}
+	var err error
+	if e.outbox, err = newPool(ctx, e.outboxURL, 4); err != nil {
+		return err
+	}
+	defer e.outbox.Close()
+	if err := describeMachine(ctx, e.outbox, res); err != nil {
+		return err
+	}
+	logf("PostgreSQL %s; non-default settings: %s", res.PGVersion, res.settingsLine())
+
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return err
+		}
+		e.profFile = f
+		defer f.Close()
+	}
+
+	if o.try != "" {
+		return runTry(ctx, e, o.try, o.rounds)
+	}
+	items := []struct {
+		name string
+		f    func(context.Context, *env) error
+	}{
+		{"drain", runDrain},
+		{"ceiling", runCeiling},
+		{"sweep", runSweep},
+		{"sustained", runSustained},
+		{"claim", runClaimCost},
+		{"ordered", runOrdered},
+		{"rss", runRSS},
+	}
+	for _, it := range items {
+		if !o.want(it.name) {
+			continue
+		}
+		t0 := time.Now()
+		logf("== %s", it.name)
+		if err := it.f(ctx, e); err != nil {
+			return fmt.Errorf("%s: %w", it.name, err)
+		}
+		logf("== %s done in %s", it.name, time.Since(t0).Round(time.Second))
+	}
+	res.Duration = time.Since(started)
+	logf("all items done in %s", res.Duration.Round(time.Second))
+	if o.noReport {
+		return nil
+	}
+	if err := writeReport(o.out, res); err != nil {
+		return err
+	}
+	logf("wrote %s and charts in %s", filepath.Join(o.out, "BENCHMARKS.md"), filepath.Join(o.out, "docs", "bench"))
+	return nil
+}
+
+// startProfile starts the CPU profile for the first pgoutbox round only.
+func (e *env) startProfile() func() {
+	if e.profFile == nil || e.profileOne {
+		return func() {}
+	}
+	e.profileOne = true
+	if err := pprof.StartCPUProfile(e.profFile); err != nil {
+		logf("cpuprofile: %v", err)
+		return func() {}
+	}
+	return pprof.StopCPUProfile
+}
+
+func (e *env) createDatabases(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, e.adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for _, name := range []string{outboxDB, riverDB} {
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+			return err
+		}
+	}
+	pool, err := newPool(ctx, e.outboxURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, err := migrations.FromPool(pool)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if _, err := m.Up(ctx); err != nil {
+		return err
+	}
+	return migrateRiver(ctx, e.riverURL)
+}
+
+func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func withDB(url, name string) string {
+	i := strings.LastIndex(url, "/")
+	q := ""
+	if j := strings.Index(url[i:], "?"); j >= 0 {
+		q = url[i+j:]
+	}
+	return url[:i+1] + name + q
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}

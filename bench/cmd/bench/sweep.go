@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// parseSetup applies "key=value,..." overrides to the settled setup
+// (development: -try).
+func parseSetup(spec string) (drainSetup, error) {
+	s := outboxSetup()
+	if spec == "" {
+		return s, nil
+	}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return s, fmt.Errorf("bad -try element %q", kv)
+		}
+		if k == "fd" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return s, err
+			}
+			s.cfg.FinalizeDelay = d
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return s, fmt.Errorf("bad -try value %q", kv)
+		}
+		switch k {
+		case "batch":
+			s.cfg.Batch = n
+		case "conc":
+			s.cfg.Concurrency = n
+		case "fb":
+			s.cfg.FinalizeBatch = n
+		case "disp":
+			s.dispatchers = n
+		case "pool":
+			s.poolConns = int32(n)
+		default:
+			return s, fmt.Errorf("unknown -try key %q", k)
+		}
+	}
+	return s, nil
+}
+
+// measureSetup drains n fresh messages with s and returns msg/s.
+func measureSetup(ctx context.Context, e *env, s drainSetup, n int) (float64, error) {
+	if err := resetOutbox(ctx, e.outbox); err != nil {
+		return 0, err
+	}
+	if err := enqueueOutbox(ctx, e.outbox, n, false, 1000); err != nil {
+		return 0, err
+	}
+	if _, err := e.outbox.Exec(ctx, "VACUUM ANALYZE outbox"); err != nil {
+		return 0, err
+	}
+	rate, _, err := drainOutbox(ctx, e.outboxURL, s, n, nil)
+	return rate, err
+}
+
+// runTry is a development helper: drain with the -try setup, several times.
+func runTry(ctx context.Context, e *env, spec string, times int) error {
+	s, err := parseSetup(spec)
+	if err != nil {
+		return err
+	}
+	var rates []float64
+	for i := 0; i < times; i++ {
+		stop := e.startProfile()
+		r, err := measureSetup(ctx, e, s, 100_000)
+		stop()
+		if err != nil {
+			return err
+		}
+		rates = append(rates, r)
+		logf("try %s: %.0f msg/s", spec, r)
+	}
+	logf("try %s: median %.0f msg/s  (%s)", spec, median(rates), s)
+	return nil
+}
+
+// runSweep measures throughput against batch size, publish concurrency and
+// dispatchers per process (the charts), each point one drain of SweepN.
+func runSweep(ctx context.Context, e *env) error {
+	n := 50_000
+	if e.o.full {
+		n = 100_000
+	}
+	e.res.SweepN = n
+	base := outboxSetup()
+	for _, b := range []int{50, 100, 200, 500, 1000, 2000} {
+		s := base
+		s.cfg.Batch = b
+		r, err := measureSetup(ctx, e, s, n)
+		if err != nil {
+			return err
+		}
+		logf("sweep Batch=%d: %.0f msg/s", b, r)
+		e.res.SweepBatch = append(e.res.SweepBatch, point{float64(b), r})
+	}
+	for _, c := range []int{1, 4, 16, 64, 256} {
+		s := base
+		s.cfg.Concurrency = c
+		r, err := measureSetup(ctx, e, s, n)
+		if err != nil {
+			return err
+		}
+		logf("sweep Concurrency=%d: %.0f msg/s", c, r)
+		e.res.SweepConcurrency = append(e.res.SweepConcurrency, point{float64(c), r})
+	}
+	for _, d := range []int{1, 2, 4} {
+		s := base
+		s.dispatchers = d
+		s.poolConns = max(base.poolConns, int32(4*d))
+		r, err := measureSetup(ctx, e, s, n)
+		if err != nil {
+			return err
+		}
+		logf("sweep dispatchers=%d: %.0f msg/s", d, r)
+		e.res.SweepDispatchers = append(e.res.SweepDispatchers, point{float64(d), r})
+	}
+	return nil
+}
