@@ -27,3 +27,7 @@ test:
 
 build:
 	$(GO) build -o bin/pgoutbox ./cmd/pgoutbox
+
+## demo: the README's first command — a throwaway PostgreSQL, 4 relays, faults, a report
+demo:
+	$(GO) run ./examples/demo
