@@ -393,3 +393,31 @@ func TestMonitoring_SeedQueries(t *testing.T) {
 		}
 	}
 }
+
+// A claimer with messages still in flight passes recover_expired = false: it
+// gets pending rows only and leaves expired leases for when it is idle.
+func TestClaim_RecoverExpiredFalseSkipsExpiredLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seed(t, 3, "a")
+	first := b.claim(t, "crashy", 1, 50*time.Millisecond, 12)
+	time.Sleep(100 * time.Millisecond)
+	rows, err := b.q.OutboxClaim(context.Background(), db.OutboxClaimParams{
+		Owner: "busy", Batch: 10, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: false,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("claimed %d, want the 2 pending rows only", len(rows))
+	}
+	for _, r := range rows {
+		if r.ID == first[0].ID || r.Recovered {
+			t.Fatalf("expired lease %d claimed with recover_expired = false", r.ID)
+		}
+	}
+	got := b.claim(t, "idle", 10, time.Minute, 12)
+	if len(got) != 1 || got[0].ID != first[0].ID {
+		t.Fatalf("idle claim = %+v, want the expired lease %d", got, first[0].ID)
+	}
+}
