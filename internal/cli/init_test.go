@@ -1,0 +1,406 @@
+package cli
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/pgoutbox/pgoutbox/queries"
+)
+
+func TestRename_WholeIdentifiersOnly(t *testing.T) {
+	t.Parallel()
+	r := tableRename{table: "billing_outbox", camel: "BillingOutbox"}
+	in := `-- OutboxClaim reads outbox through outbox_pending; the outbox prose stays.
+-- name: OutboxClaim :many
+SELECT o.id, outboxes, my_outbox, outbox_x, OUTBOX.id, "outbox", 'outbox', 'outbox is a word', 'outbox_pending',
+       Outboxy, OutboxClaimer, outbox2, x_outbox_y, @outbox_id::bigint
+  FROM outbox AS o /* outbox_leased OutboxReap /* nested outbox_dead */ */
+ WHERE $1 = 1 AND 1e5 > 0;
+CREATE FUNCTION outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN PERFORM pg_notify('outbox', ''); UPDATE outbox SET x = 1; END;
+$body$;`
+	want := `-- BillingOutboxClaim reads outbox through billing_outbox_pending; the outbox prose stays.
+-- name: BillingOutboxClaim :many
+SELECT o.id, outboxes, my_outbox, billing_outbox_x, billing_outbox.id, "billing_outbox", 'billing_outbox', 'outbox is a word', 'billing_outbox_pending',
+       Outboxy, BillingOutboxClaimer, outbox2, x_outbox_y, @billing_outbox_id::bigint
+  FROM billing_outbox AS o /* billing_outbox_leased BillingOutboxReap /* nested billing_outbox_dead */ */
+ WHERE $1 = 1 AND 1e5 > 0;
+CREATE FUNCTION billing_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN PERFORM pg_notify('billing_outbox', ''); UPDATE billing_outbox SET x = 1; END;
+$body$;`
+	got, produced := r.renameSQL(in)
+	if got != want {
+		t.Errorf("rename:\n got: %s\nwant: %s", got, want)
+	}
+	if len(produced) == 0 {
+		t.Error("no produced identifiers reported")
+	}
+	if left := leftovers(got, "billing_outbox", "BillingOutbox"); len(left) != 0 {
+		t.Errorf("leftovers after rename: %v", left)
+	}
+	// The checker itself finds what a rename missed.
+	if left := leftovers(in, "billing_outbox", "BillingOutbox"); len(left) < 8 {
+		t.Errorf("leftovers of the original found only %v", left)
+	}
+}
+
+func TestRename_TableNameValidation(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"billing_outbox", "outbox", "events", "_private_outbox", "a", "type", "audit_log2"} {
+		if err := validateTable(ok); err != nil {
+			t.Errorf("%q rejected: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "user", "order", "table", "select", "Billing", "billing-outbox", "1outbox", "billing outbox",
+		"x;drop table y", "pg_outbox", "_1", "_", strings.Repeat("a", 64), "caf\u00e9"} {
+		if err := validateTable(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if camelCase("billing_outbox") != "BillingOutbox" || camelCase("_a__b2_c") != "AB2C" {
+		t.Error("camelCase")
+	}
+}
+
+func TestInit_RefusesToOverwriteUnlessForce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"init", "--table", "billing_outbox", "--dir", dir, "--sqlc-root", dir}
+	r := call(t, invocation{}, args...)
+	wantCode(t, r, ExitOK)
+	claim := filepath.Join(dir, "queries", "claim.sql")
+	if err := os.WriteFile(claim, []byte("-- my edits\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = call(t, invocation{}, args...)
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "pgoutbox: init: refusing to overwrite existing files (pass --force to replace them): "+filepath.Join(dir, "migrations", "00001_billing_outbox.sql"))
+	if b, _ := os.ReadFile(claim); string(b) != "-- my edits\n" {
+		t.Errorf("a refused init changed %s", claim)
+	}
+	r = call(t, invocation{}, append(args, "--force")...)
+	wantCode(t, r, ExitOK)
+	if b, _ := os.ReadFile(claim); !strings.Contains(string(b), "-- name: BillingOutboxClaim :many") {
+		t.Errorf("--force did not rewrite %s", claim)
+	}
+	mustContain(t, r, "stdout", "    schema: migrations\n    queries: queries\n")
+	mustContain(t, r, "stderr", "wrote 8 files for table billing_outbox:")
+
+	long := strings.Repeat("x", 50)
+	r = call(t, invocation{}, "init", "--table", long, "--dir", t.TempDir())
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "is too long: the derived name "+long+"_lease_consistent is 67 bytes and PostgreSQL truncates names at 63; use at most 46 characters")
+
+	r = call(t, invocation{}, "init", "--table", "billing_outbox", "--dir", t.TempDir(), "--package", "Bad-Name")
+	wantCode(t, r, ExitUsage)
+	mustContain(t, r, "stderr", `invalid Go package name "Bad-Name"`)
+}
+
+// naiveLeftovers is an independent check of the rename: outside comments no
+// identifier may be outbox or start with outbox_, and nowhere may a name
+// start with Outbox followed by a capital (query names) or outbox_ (index,
+// trigger, function names), except the new names.
+func naiveLeftovers(text string) []string {
+	var found []string
+	code := regexp.MustCompile(`(?i)(^|[^a-z0-9_])(outbox)([^a-z0-9_]|$)`)
+	derived := regexp.MustCompile(`(^|[^A-Za-z0-9_])(outbox_[a-z0-9_]*|Outbox[A-Z][A-Za-z0-9]*)`)
+	for _, line := range strings.Split(text, "\n") {
+		if m := derived.FindAllStringSubmatch(line, -1); m != nil {
+			for _, g := range m {
+				found = append(found, g[2])
+			}
+		}
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		if code.MatchString(line) {
+			found = append(found, strings.TrimSpace(line))
+		}
+	}
+	return found
+}
+
+// TestInit_GeneratedCodeCompilesMigratesAndClaims runs the copy workflow end
+// to end: init into a temp project, sqlc generate with the printed sqlc.yaml
+// entry, go build the generated package in its own module, apply the
+// migrations next to pgoutbox's own outbox table (a missed rename collides
+// there), and run the generated enqueue, claim, finalize and notify.
+func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
+	t.Parallel()
+	goBin := goTool(t)
+	modRoot := moduleRoot(t)
+	tmp := t.TempDir()
+	proj := filepath.Join(tmp, "proj")
+	outDir := filepath.Join(proj, "internal", "outbox")
+
+	r := call(t, invocation{}, "init", "--table", "billing_outbox", "--dir", outDir, "--sqlc-root", proj)
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "    schema: internal/outbox/migrations\n    queries: internal/outbox/queries\n")
+	mustContain(t, r, "stdout", "        sql_package: pgx/v5\n")
+	mustContain(t, r, "stdout", "          - db_type: pg_catalog.interval\n            go_type: time.Duration\n")
+	mustContain(t, r, "stdout", "          - db_type: timestamptz\n            go_type: time.Time\n")
+	if err := os.WriteFile(filepath.Join(proj, "sqlc.yaml"), []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Static checks: nothing derived from outbox is left.
+	written := map[string]string{}
+	err := filepath.WalkDir(outDir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		written[p] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) != 8 {
+		t.Errorf("wrote %d files, want 8 (2 migrations, 6 query files)", len(written))
+	}
+	names := 0
+	for p, text := range written {
+		if left := naiveLeftovers(text); len(left) > 0 {
+			t.Errorf("%s still names the old table: %q", p, left)
+		}
+		if left := leftovers(text, "billing_outbox", "BillingOutbox"); len(left) > 0 {
+			t.Errorf("%s: leftovers %q", p, left)
+		}
+		names += strings.Count(text, "-- name: BillingOutbox")
+	}
+	wantNames := 0
+	entries, _ := fs.Glob(queries.FS, "*.sql")
+	for _, e := range entries {
+		b, _ := fs.ReadFile(queries.FS, e)
+		wantNames += strings.Count(string(b), "-- name: Outbox")
+	}
+	if names != wantNames || names == 0 {
+		t.Errorf("%d renamed query names, want %d", names, wantNames)
+	}
+	if _, ok := written[filepath.Join(outDir, "migrations", "00002_billing_outbox_notify.sql")]; !ok {
+		t.Errorf("migration file names not renamed: %v", written)
+	}
+
+	// sqlc generate with the printed entry.
+	sqlc := filepath.Join(tmp, "sqlc")
+	runCmd(t, modRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-o", sqlc, "github.com/sqlc-dev/sqlc/cmd/sqlc")
+	runCmd(t, proj, nil, sqlc, "generate")
+	querier, err := os.ReadFile(filepath.Join(outDir, "billingoutbox", "querier.go"))
+	if err != nil {
+		t.Fatalf("sqlc did not generate the package: %v", err)
+	}
+	for _, want := range []string{"BillingOutboxClaim(ctx context.Context, arg BillingOutboxClaimParams) ([]BillingOutboxClaimRow, error)",
+		"BillingOutboxEnqueueMany(ctx context.Context, arg []BillingOutboxEnqueueManyParams) (int64, error)"} {
+		if !strings.Contains(string(querier), want) {
+			t.Errorf("querier.go lacks %q", want)
+		}
+	}
+
+	// A module of its own that uses the generated package.
+	gomod, err := os.ReadFile(filepath.Join(modRoot, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgxVersion := regexp.MustCompile(`(?m)^\s*github\.com/jackc/pgx/v5 (v\S+)`).FindSubmatch(gomod)
+	goVersion := regexp.MustCompile(`(?m)^go (\S+)`).FindSubmatch(gomod)
+	if pgxVersion == nil || goVersion == nil {
+		t.Fatal("cannot read the pgx and go versions from go.mod")
+	}
+	writeFile(t, filepath.Join(proj, "go.mod"), "module example.com/proj\n\ngo "+string(goVersion[1])+
+		"\n\nrequire github.com/jackc/pgx/v5 "+string(pgxVersion[1])+"\n")
+	gosum, err := os.ReadFile(filepath.Join(modRoot, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(proj, "go.sum"), string(gosum))
+	writeFile(t, filepath.Join(proj, "cmd", "check", "main.go"), checkProgram)
+	goEnv := []string{"GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0"}
+	runCmd(t, proj, goEnv, goBin, "build", "./...")
+
+	// Migrate next to pgoutbox's own table: a name the rename missed
+	// (index, trigger, function, constraint) collides with it.
+	d := newDB(t)
+	ctx := context.Background()
+	migs, _ := filepath.Glob(filepath.Join(outDir, "migrations", "*.sql"))
+	for _, m := range migs {
+		up, _ := gooseSections(t, m)
+		if _, err := d.pool.Exec(ctx, up); err != nil {
+			t.Fatalf("apply %s: %v", filepath.Base(m), err)
+		}
+	}
+	out := runCmd(t, proj, goEnv, goBin, "run", "./cmd/check", d.url)
+	if strings.TrimSpace(out) != "ok" {
+		t.Fatalf("check program: %s", out)
+	}
+	var n int
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM billing_outbox WHERE status = 'done'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("billing_outbox done rows = %d (%v), want 1", n, err)
+	}
+	if c := d.count(t, "true"); c != 0 {
+		t.Errorf("pgoutbox's own outbox got %d rows", c)
+	}
+	// Down, newest first, leaves pgoutbox's table alone.
+	for i := len(migs) - 1; i >= 0; i-- {
+		_, down := gooseSections(t, migs[i])
+		if _, err := d.pool.Exec(ctx, down); err != nil {
+			t.Fatalf("down %s: %v", filepath.Base(migs[i]), err)
+		}
+	}
+	var exists bool
+	if err := d.pool.QueryRow(ctx, "SELECT to_regclass('billing_outbox') IS NULL AND to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_pending') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_notify')").Scan(&exists); err != nil || !exists {
+		t.Errorf("after the copied Down sections pgoutbox's own schema is damaged (%v)", err)
+	}
+}
+
+// checkProgram exercises the generated package against a database.
+const checkProgram = `package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"example.com/proj/internal/outbox/billingoutbox"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("ok")
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	listen, err := pgx.Connect(ctx, os.Args[1])
+	if err != nil {
+		return err
+	}
+	defer listen.Close(ctx)
+	if _, err := listen.Exec(ctx, "LISTEN billing_outbox"); err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, os.Args[1])
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	q := billingoutbox.New(conn)
+
+	var lease time.Duration = 30 * time.Second // the interval override
+	var at *time.Time                           // the nullable timestamptz override
+	id, err := q.BillingOutboxEnqueue(ctx, billingoutbox.BillingOutboxEnqueueParams{
+		AggregateType: "invoice", AggregateID: "i-1", EventType: "InvoicePaid",
+		Payload: []byte("{\"amount\": 1}"), Headers: []byte("{}"), AvailableAt: at,
+	})
+	if err != nil {
+		return fmt.Errorf("enqueue: %w", err)
+	}
+	n, err := listen.WaitForNotification(ctx)
+	if err != nil || n.Channel != "billing_outbox" {
+		return fmt.Errorf("no notification on billing_outbox after insert: %v", err)
+	}
+	rows, err := q.BillingOutboxClaim(ctx, billingoutbox.BillingOutboxClaimParams{
+		Owner: "check", Batch: 10, Lease: lease, MaxAttempts: 3, RecoverExpired: true,
+	})
+	if err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	if len(rows) != 1 || rows[0].ID != id || rows[0].Attempts != 1 {
+		return fmt.Errorf("claim returned %+v, want message %d", rows, id)
+	}
+	var created time.Time = rows[0].CreatedAt
+	_ = created
+	done, err := q.BillingOutboxMarkDone(ctx, billingoutbox.BillingOutboxMarkDoneParams{ID: id, LeaseVersion: rows[0].LeaseVersion})
+	if err != nil || done != 1 {
+		return fmt.Errorf("mark done: %d %v", done, err)
+	}
+	counts, err := q.BillingOutboxCountByStatus(ctx)
+	if err != nil || len(counts) != 1 || counts[0].Status != "done" || counts[0].Count != 1 {
+		return fmt.Errorf("count by status: %+v %v", counts, err)
+	}
+	if err := q.BillingOutboxNotify(ctx); err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	if n, err := listen.WaitForNotification(ctx); err != nil || n.Channel != "billing_outbox" {
+		return fmt.Errorf("no notification from BillingOutboxNotify: %v", err)
+	}
+	return nil
+}
+`
+
+// gooseSections returns the Up and Down SQL of a goose migration file.
+func gooseSections(t *testing.T, path string) (up, down string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	u := strings.Index(text, "-- +goose Up")
+	dn := strings.Index(text, "-- +goose Down")
+	if u < 0 || dn < u {
+		t.Fatalf("%s: no goose Up/Down sections", path)
+	}
+	return text[u:dn], text[dn:]
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runCmd(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s (in %s): %v\n%s", name, strings.Join(args, " "), dir, err, out)
+	}
+	return string(out)
+}
+
+func goTool(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the go tool is needed to build sqlc and the generated code: %v", err)
+	}
+	return p
+}
+
+// moduleRoot is the pgoutbox module directory (tests run in internal/cli).
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found: %v", err)
+	}
+	return root
+}
