@@ -128,7 +128,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	case <-timer.C:
 		d.log.Warn("shutdown timeout: cancelling publishes in flight", slog.Duration("timeout", d.cfg.ShutdownTimeout))
 		hardCancel()
-		<-workersDone
+		select {
+		case <-workersDone:
+		case <-time.After(d.cfg.ShutdownTimeout):
+			// A publisher that ignores its context: abandon it. Its message
+			// stays processing and is recovered after its lease expires.
+			d.log.Error("publishes still running after cancellation; abandoning them")
+		}
 	}
 	fin.close()
 	rel.close()

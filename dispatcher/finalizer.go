@@ -13,26 +13,41 @@ import (
 // row still fenced by its own lease_version. While a flush runs, the next
 // batch accumulates, so batches grow with load.
 type finalizer struct {
-	d  *Dispatcher
-	in chan *job
+	d    *Dispatcher
+	in   chan *job // buffered to maxInFlight: a send never blocks
+	quit chan struct{}
 }
 
 func newFinalizer(d *Dispatcher) *finalizer {
-	return &finalizer{d: d, in: make(chan *job, d.maxInFlight)}
+	return &finalizer{d: d, in: make(chan *job, d.maxInFlight), quit: make(chan struct{})}
 }
 
 func (f *finalizer) add(j *job) { f.in <- j }
 
-// close flushes what is queued and stops run.
-func (f *finalizer) close() { close(f.in) }
+// close makes run flush what is queued and return. The channel itself is
+// never closed, so a worker that outlived the shutdown timeout cannot panic
+// on a late send (its message's lease simply expires).
+func (f *finalizer) close() { close(f.quit) }
 
 func (f *finalizer) run(ctx context.Context) {
 	batch := make([]*job, 0, f.d.cfg.FinalizeBatch)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		j, ok := <-f.in
-		if !ok {
+		var j *job
+		select {
+		case j = <-f.in:
+		case <-f.quit:
+			for len(f.in) > 0 {
+				batch = append(batch, <-f.in)
+				if len(batch) == f.d.cfg.FinalizeBatch {
+					f.flush(ctx, batch)
+					batch = batch[:0]
+				}
+			}
+			if len(batch) > 0 {
+				f.flush(ctx, batch)
+			}
 			return
 		}
 		batch = append(batch, j)
@@ -40,12 +55,11 @@ func (f *finalizer) run(ctx context.Context) {
 	collect:
 		for len(batch) < f.d.cfg.FinalizeBatch {
 			select {
-			case j, ok := <-f.in:
-				if !ok {
-					break collect
-				}
+			case j := <-f.in:
 				batch = append(batch, j)
 			case <-timer.C:
+				break collect
+			case <-f.quit:
 				break collect
 			}
 		}
@@ -89,35 +103,37 @@ func (f *finalizer) flush(ctx context.Context, batch []*job) {
 // releaser hands claimed-but-unstarted messages back in batches
 // (OutboxReleaseMany: fenced, attempt refunded, available now).
 type releaser struct {
-	d  *Dispatcher
-	in chan *job
+	d    *Dispatcher
+	in   chan *job // buffered to maxInFlight: a send never blocks
+	quit chan struct{}
 }
 
 func newReleaser(d *Dispatcher) *releaser {
-	return &releaser{d: d, in: make(chan *job, d.maxInFlight)}
+	return &releaser{d: d, in: make(chan *job, d.maxInFlight), quit: make(chan struct{})}
 }
 
 func (r *releaser) add(j *job) { r.in <- j }
-func (r *releaser) close()     { close(r.in) }
+
+// close makes run hand back what is queued and return (see finalizer.close).
+func (r *releaser) close() { close(r.quit) }
 
 func (r *releaser) run(ctx context.Context) {
 	for {
-		j, ok := <-r.in
-		if !ok {
+		var batch []*job
+		select {
+		case j := <-r.in:
+			batch = append(batch, j)
+		case <-r.quit:
+			for len(r.in) > 0 {
+				batch = append(batch, <-r.in)
+			}
+			if len(batch) > 0 {
+				r.flush(ctx, batch)
+			}
 			return
 		}
-		batch := []*job{j}
-	drain:
-		for {
-			select {
-			case j, ok := <-r.in:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, j)
-			default:
-				break drain
-			}
+		for len(r.in) > 0 {
+			batch = append(batch, <-r.in)
 		}
 		r.flush(ctx, batch)
 	}
