@@ -80,7 +80,6 @@ func (a *app) migrateDown(ctx context.Context, args []string) error {
 	}
 	target := *to
 	if target < 0 {
-		target = current - 1
 		// The previous applied version, not necessarily current-1.
 		st, err := m.Status(ctx)
 		if err != nil {
