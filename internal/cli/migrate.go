@@ -59,6 +59,7 @@ func (a *app) migrateDown(ctx context.Context, args []string) error {
 	dbURL := f.databaseURL()
 	to := f.int64("to", -1, "roll back every migration above this version (0 = all); default: only the latest")
 	yes := f.Bool("yes", false, "do not ask before dropping the outbox table")
+	f.hidden["to"] = true
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
 	}
