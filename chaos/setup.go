@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/pgcluster"
+)
+
+const (
+	chaosDB      = "chaos"
+	relayUser    = "chaos_relay"
+	producerUser = "chaos_producer"
+)
+
+// env is the database side of a run.
+type env struct {
+	cluster     *pgcluster.Cluster
+	adminURL    string // superuser on the chaos database
+	relayPass   string
+	producePass string
+	admin       *pgxpool.Pool
+}
+
+func (e *env) relayURL(app string) string {
+	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=%s",
+		relayUser, e.relayPass, e.cluster.Port(), chaosDB, app)
+}
+
+func (e *env) producerURL() string {
+	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=producer",
+		producerUser, e.producePass, e.cluster.Port(), chaosDB)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// auditSQL records every UPDATE of outbox (chaos database only, not a
+// product migration). SECURITY DEFINER so the relay role needs no grant on
+// the audit table. application_name is the writing relay's owner name.
+const auditSQL = `
+CREATE TABLE outbox_audit (
+    seq            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id             bigint      NOT NULL,
+    old_status     text        NOT NULL,
+    new_status     text        NOT NULL,
+    old_lv         bigint      NOT NULL,
+    new_lv         bigint      NOT NULL,
+    old_attempts   integer     NOT NULL,
+    new_attempts   integer     NOT NULL,
+    old_owner      text,
+    new_owner      text,
+    app            text        NOT NULL,
+    new_last_error text,
+    at             timestamptz NOT NULL
+);
+CREATE FUNCTION outbox_audit() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public AS $$
+BEGIN
+    INSERT INTO outbox_audit (id, old_status, new_status, old_lv, new_lv, old_attempts, new_attempts,
+                              old_owner, new_owner, app, new_last_error, at)
+    SELECT o.id, o.status, n.status, o.lease_version, n.lease_version, o.attempts, n.attempts,
+           o.lease_owner, n.lease_owner, current_setting('application_name'), left(n.last_error, 100),
+           clock_timestamp()
+      FROM old_rows AS o JOIN new_rows AS n USING (id);
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER outbox_audit AFTER UPDATE ON outbox
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox_audit();
+CREATE TABLE chaos_orders (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tx     text NOT NULL,
+    amount integer NOT NULL
+);
+`
+
+// setupDatabase creates the chaos database, migrates it with the pgoutbox
+// binary, applies docs/roles.sql, creates one login user per role with a
+// password, the audit trigger and a business table, and switches TCP
+// authentication to scram-sha-256 for everyone but the superuser.
+func setupDatabase(ctx context.Context, c *pgcluster.Cluster, root, bin string) (*env, error) {
+	e := &env{cluster: c, relayPass: "rp-" + randHex(12), producePass: "pp-" + randHex(12)}
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return nil, err
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+chaosDB)
+	conn.Close(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.adminURL = c.DatabaseURL(chaosDB)
+
+	out, err := exec.CommandContext(ctx, bin, "migrate", "up", "--database-url", e.adminURL).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox migrate up: %w\n%s", err, out)
+	}
+	roles, err := os.ReadFile(filepath.Join(root, "docs", "roles.sql"))
+	if err != nil {
+		return nil, err
+	}
+	e.admin, err = pgxpool.New(ctx, e.adminURL)
+	if err != nil {
+		return nil, err
+	}
+	steps := []string{string(roles), string(roles) /* idempotent */, auditSQL}
+	for _, s := range steps {
+		if _, err := e.admin.Exec(ctx, s); err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+	}
+	for _, u := range []struct{ name, pass, group string }{
+		{relayUser, e.relayPass, "pgoutbox_relay"},
+		{producerUser, e.producePass, "pgoutbox_producer"},
+	} {
+		var stmt string
+		if err := e.admin.QueryRow(ctx, "SELECT format('CREATE ROLE %I LOGIN PASSWORD %L IN ROLE %I', $1::text, $2::text, $3::text)",
+			u.name, u.pass, u.group).Scan(&stmt); err != nil {
+			return nil, err
+		}
+		if _, err := e.admin.Exec(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("create login role %s: %w", u.name, err)
+		}
+	}
+	// The business table is the application's, not pgoutbox's: its grant is
+	// the application's business.
+	if _, err := e.admin.Exec(ctx, "GRANT INSERT ON chaos_orders TO "+producerUser); err != nil {
+		return nil, err
+	}
+	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(filepath.Join(c.Dir(), "data", "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		return nil, err
+	}
+	if _, err := e.admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return nil, err
+	}
+	time.Sleep(200 * time.Millisecond)
+	// Passwords are checked now.
+	bad := strings.Replace(e.relayURL("x"), e.relayPass, "wrong", 1)
+	if c, err := pgx.Connect(ctx, bad); err == nil {
+		c.Close(ctx)
+		return nil, errors.New("setup: a wrong password was accepted (pg_hba.conf not in effect)")
+	}
+	return e, nil
+}
+
+// roleCheck is one verified statement about the least-privilege roles.
+type roleCheck struct {
+	What string
+	OK   bool
+	Note string
+}
+
+// verifyRoles checks what docs/roles.sql promises: producers can enqueue
+// (and wake relays through the NOTIFY trigger) but not read or change
+// delivery state; relays can claim and finalize but not insert or delete.
+// The relays' real work under the role is verified by the run itself. It
+// commits one event (tx "role-check"), returned so the checker knows it.
+func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
+	var out []roleCheck
+	add := func(what string, ok bool, note string) { out = append(out, roleCheck{what, ok, note}) }
+	denied := func(err error) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.Code == "42501"
+	}
+	prod, err := pgx.Connect(ctx, e.producerURL())
+	if err != nil {
+		return nil, fmt.Errorf("connect as %s: %w", producerUser, err)
+	}
+	defer prod.Close(ctx)
+	relay, err := pgx.Connect(ctx, e.relayURL("role-check"))
+	if err != nil {
+		return nil, fmt.Errorf("connect as %s: %w", relayUser, err)
+	}
+	defer relay.Close(ctx)
+
+	// LISTEN as the relay, Enqueue as the producer: the NOTIFY arrives.
+	if _, err := relay.Exec(ctx, "LISTEN outbox"); err != nil {
+		add("relay: LISTEN outbox", false, err.Error())
+	}
+	tx, err := prod.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, err = dispatcher.Enqueue(ctx, tx, dispatcher.Event{AggregateType: "check", AggregateID: "role-check", EventType: "RoleCheck",
+		Payload: []byte(`{}`), Headers: map[string]string{"x-chaos-tx": "role-check", "x-chaos-fate": FateOK}})
+	add("producer: Enqueue (INSERT ... RETURNING id; identity column, no sequence grant)", err == nil, errText(err))
+	if err == nil {
+		err = tx.Commit(ctx)
+		add("producer: COMMIT", err == nil, errText(err))
+	} else {
+		_ = tx.Rollback(ctx)
+	}
+	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = relay.WaitForNotification(nctx)
+	cancel()
+	add("relay: receives the NOTIFY the trigger sends under the producer role", err == nil, errText(err))
+
+	for _, s := range []struct{ what, sql string }{
+		{"producer: SELECT payload denied", "SELECT payload FROM outbox LIMIT 1"},
+		{"producer: UPDATE denied", "UPDATE outbox SET status = 'done' WHERE false"},
+		{"producer: DELETE denied", "DELETE FROM outbox WHERE false"},
+	} {
+		_, err := prod.Exec(ctx, s.sql)
+		add(s.what, denied(err), errText(err))
+	}
+	for _, s := range []struct{ what, sql string }{
+		{"relay: INSERT denied", "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a','b','c','{}')"},
+		{"relay: DELETE denied", "DELETE FROM outbox WHERE false"},
+		{"relay: TRUNCATE denied", "TRUNCATE outbox"},
+		{"relay: CREATE TABLE denied", "CREATE TABLE relay_owned (x int)"},
+		{"relay: audit table (chaos only) not readable", "SELECT 1 FROM outbox_audit LIMIT 1"},
+	} {
+		_, err := relay.Exec(ctx, s.sql)
+		add(s.what, denied(err), errText(err))
+	}
+	// The monitoring queries the relay runs (gauges).
+	_, err = dispatcher.ReadQueueStats(ctx, db.New(relay))
+	add("relay: queue gauges (count by status, oldest age, expired leases, blocked aggregates)", err == nil, errText(err))
+
+	// OutboxXactHorizon under the relay role while the producer holds a
+	// writing transaction open.
+	ptx, err := prod.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ptx.Exec(ctx, "INSERT INTO chaos_orders (tx, amount) VALUES ('horizon-check', 1)"); err != nil {
+		return nil, err
+	}
+	time.Sleep(1100 * time.Millisecond)
+	hr, errR := db.New(relay).OutboxXactHorizon(ctx)
+	ha, errA := db.New(e.admin).OutboxXactHorizon(ctx)
+	_ = ptx.Rollback(ctx)
+	switch {
+	case errR != nil || errA != nil:
+		add("relay: OutboxXactHorizon", false, fmt.Sprintf("relay: %v, superuser: %v", errR, errA))
+	default:
+		add("relay: OutboxXactHorizon sees another role's open writing transaction",
+			hr.OldestXactAgeSeconds > 1, fmt.Sprintf("oldest writing transaction: %.1fs as the relay role, %.1fs as superuser (pg_stat_activity hides other roles' xact_start; grant pg_read_all_stats)",
+				hr.OldestXactAgeSeconds, ha.OldestXactAgeSeconds))
+	}
+	return out, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

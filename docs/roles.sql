@@ -1,0 +1,75 @@
+-- Least-privilege roles for pgoutbox.
+--
+-- Run once per database, after `pgoutbox migrate up`, as the owner of the
+-- outbox table (or a superuser). It is idempotent: running it again changes
+-- nothing. It creates three NOLOGIN group roles; give your login users
+-- membership in one of them (see the end of the file).
+--
+--   pgoutbox_producer  the application that writes events (Enqueue /
+--                      EnqueueMany): INSERT on outbox, and SELECT on the id
+--                      column only, because Enqueue's INSERT ... RETURNING id
+--                      needs it. Nothing else: it cannot read payloads or
+--                      change delivery state. The identity column needs no
+--                      sequence grant, and the NOTIFY trigger needs no grant
+--                      (pg_notify is open to every role).
+--   pgoutbox_relay     `pgoutbox run` and dispatcher.Run: SELECT and UPDATE
+--                      on outbox (claim, fenced finalize, reap, lease
+--                      extension, the monitoring gauges), SELECT on the
+--                      migration version table (run checks the schema
+--                      version at start). LISTEN needs no grant. It cannot
+--                      INSERT or DELETE rows, or change the schema.
+--   pgoutbox_admin     operators (`pgoutbox stats`, `dead list/retry/skip`,
+--                      `purge`): everything the relay has, plus DELETE on
+--                      outbox for purge.
+--
+-- Schema changes (`pgoutbox migrate up/down`) stay with the table owner.
+--
+-- Note on `pgoutbox stats`: the "oldest writing transaction" figure
+-- (OutboxXactHorizon) reads pg_stat_activity, which hides other roles'
+-- sessions (xact_start, backend_xid are NULL) from an unprivileged role, so
+-- the figure reads 0 for transactions of other users. Grant the predefined
+-- role pg_read_all_stats to the admin role to see them (needs a superuser):
+--
+--   GRANT pg_read_all_stats TO pgoutbox_admin;
+--
+-- The grants name the table outbox in the current search_path; if you
+-- installed pgoutbox in another schema, qualify the names (myschema.outbox)
+-- and grant USAGE on that schema.
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgoutbox_producer') THEN
+        CREATE ROLE pgoutbox_producer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgoutbox_relay') THEN
+        CREATE ROLE pgoutbox_relay NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgoutbox_admin') THEN
+        CREATE ROLE pgoutbox_admin NOLOGIN;
+    END IF;
+END
+$$;
+
+GRANT USAGE ON SCHEMA public TO pgoutbox_producer, pgoutbox_relay, pgoutbox_admin;
+
+-- Producers: write events, nothing else.
+GRANT INSERT ON outbox TO pgoutbox_producer;
+GRANT SELECT (id) ON outbox TO pgoutbox_producer;
+
+-- Relays: claim, finalize, reap; read the schema version.
+GRANT SELECT, UPDATE ON outbox TO pgoutbox_relay;
+GRANT SELECT ON pgoutbox_migrations TO pgoutbox_relay;
+
+-- Operators: the relay's rights plus purge.
+GRANT pgoutbox_relay TO pgoutbox_admin;
+GRANT DELETE ON outbox TO pgoutbox_admin;
+
+-- Login users (choose your own names; keep passwords out of shell history,
+-- e.g. psql's \password):
+--
+--   CREATE ROLE orders_app   LOGIN PASSWORD '...' IN ROLE pgoutbox_producer;
+--   CREATE ROLE orders_relay LOGIN PASSWORD '...' IN ROLE pgoutbox_relay;
+--   CREATE ROLE orders_ops   LOGIN PASSWORD '...' IN ROLE pgoutbox_admin;
+--
+-- A producer usually also writes business tables in the same transaction:
+-- grant those separately.
