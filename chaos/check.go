@@ -201,7 +201,7 @@ func Check(h History) *Result {
 
 	// Deliveries per id.
 	type dstat struct {
-		arrivals, accepted       int
+		arrivals, accepted        int
 		firstArrival, firstAccept time.Time
 	}
 	ds := map[int64]*dstat{}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -102,7 +101,7 @@ func run(ctx context.Context, o options) (*Result, error) {
 	for _, rc := range roles {
 		mark := "ok  "
 		if !rc.OK {
-			mark = "FAIL"
+			mark = "NO  "
 		}
 		say("role check %s %s %s", mark, rc.What, rc.Note)
 	}
@@ -392,5 +391,3 @@ func jsonField(line, key string) string {
 	}
 	return rest
 }
-
-func goVersion() string { return runtime.Version() }

@@ -254,7 +254,7 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 	case errR != nil || errA != nil:
 		add("relay: OutboxXactHorizon", false, fmt.Sprintf("relay: %v, superuser: %v", errR, errA))
 	default:
-		add("relay: OutboxXactHorizon sees another role's open writing transaction",
+		add("relay: OutboxXactHorizon (pgoutbox stats) sees another role's open writing transaction",
 			hr.OldestXactAgeSeconds > 1, fmt.Sprintf("oldest writing transaction: %.1fs as the relay role, %.1fs as superuser (pg_stat_activity hides other roles' xact_start; grant pg_read_all_stats)",
 				hr.OldestXactAgeSeconds, ha.OldestXactAgeSeconds))
 	}
