@@ -209,6 +209,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate reports, as New would, whether c (with defaults applied) is a
+// valid configuration. Errors wrap ErrInvalidConfig and name the field.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
 func (c Config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))

@@ -110,6 +110,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		go func() { defer side.Done(); d.listen(ctx) }()
 	}
 	if d.cfg.StatsInterval > 0 {
+		reg, err := d.metrics.observeQueue()
+		if err != nil {
+			d.log.Warn("queue gauges unavailable", slog.Any("error", err))
+		} else {
+			defer reg.Unregister() //nolint:errcheck
+		}
 		side.Add(1)
 		go func() { defer side.Done(); d.refreshStats(ctx) }()
 	}

@@ -78,6 +78,9 @@ type metrics struct {
 	publishHist    metric.Float64Histogram
 	e2eHist        metric.Float64Histogram
 	flushHist      metric.Int64Histogram
+
+	meter                                            metric.Meter
+	depthGauge, ageGauge, expiredGauge, blockedGauge metric.Int64ObservableGauge
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -110,41 +113,42 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Rows per batched finalize statement.")); err != nil {
 		return nil, err
 	}
-	gauge := func(name, unit, desc string, f func(o metric.Observer, g metric.Int64ObservableGauge)) error {
-		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		if err != nil {
-			return err
-		}
-		_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-			f(o, g)
-			return nil
-		}, g)
-		return err
-	}
-	if err := gauge("pgoutbox.queue.depth", "{message}", "Messages by status (table-wide).", func(o metric.Observer, g metric.Int64ObservableGauge) {
-		q := m.queueStats()
-		for status, n := range q.ByStatus {
-			o.ObserveInt64(g, n, metric.WithAttributes(attribute.String("status", status)))
-		}
-	}); err != nil {
+	if m.depthGauge, err = meter.Int64ObservableGauge("pgoutbox.queue.depth", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages by status (table-wide).")); err != nil {
 		return nil, err
 	}
-	if err := gauge("pgoutbox.queue.oldest_age", "s", "Age of the oldest undelivered message.", func(o metric.Observer, g metric.Int64ObservableGauge) {
-		o.ObserveInt64(g, int64(m.queueStats().OldestAgeSeconds))
-	}); err != nil {
+	if m.ageGauge, err = meter.Int64ObservableGauge("pgoutbox.queue.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest undelivered message.")); err != nil {
 		return nil, err
 	}
-	if err := gauge("pgoutbox.leases.expired", "{message}", "Processing messages past their lease.", func(o metric.Observer, g metric.Int64ObservableGauge) {
-		o.ObserveInt64(g, m.queueStats().ExpiredLeases)
-	}); err != nil {
+	if m.expiredGauge, err = meter.Int64ObservableGauge("pgoutbox.leases.expired", metric.WithUnit("{message}"),
+		metric.WithDescription("Processing messages past their lease.")); err != nil {
 		return nil, err
 	}
-	if err := gauge("pgoutbox.aggregates.blocked", "{aggregate}", "Ordered aggregates whose head is dead or stalled.", func(o metric.Observer, g metric.Int64ObservableGauge) {
-		o.ObserveInt64(g, m.queueStats().BlockedAggregates)
-	}); err != nil {
+	if m.blockedGauge, err = meter.Int64ObservableGauge("pgoutbox.aggregates.blocked", metric.WithUnit("{aggregate}"),
+		metric.WithDescription("Ordered aggregates whose head is dead or stalled.")); err != nil {
 		return nil, err
 	}
+	m.meter = meter
 	return m, nil
+}
+
+// observeQueue registers the callback of the queue gauges; Run unregisters
+// it when it returns, so a stopped dispatcher leaves no series behind.
+func (m *metrics) observeQueue() (metric.Registration, error) {
+	return m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		q := m.queueStats()
+		if q.At.IsZero() {
+			return nil // not read yet
+		}
+		for status, n := range q.ByStatus {
+			o.ObserveInt64(m.depthGauge, n, metric.WithAttributes(attribute.String("status", status)))
+		}
+		o.ObserveInt64(m.ageGauge, int64(q.OldestAgeSeconds))
+		o.ObserveInt64(m.expiredGauge, q.ExpiredLeases)
+		o.ObserveInt64(m.blockedGauge, q.BlockedAggregates)
+		return nil
+	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge)
 }
 
 func (m *metrics) queueStats() QueueStats {
