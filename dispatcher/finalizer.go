@@ -54,6 +54,13 @@ func (f *finalizer) run(ctx context.Context) {
 		timer.Reset(f.d.cfg.FinalizeDelay)
 	collect:
 		for len(batch) < f.d.cfg.FinalizeBatch {
+			// Everything in flight is waiting here: no publish can add to
+			// the batch before the claimer gets slots back, so waiting out
+			// FinalizeDelay would only add latency (a quiet queue, the tail
+			// of a drain, one hot ordered aggregate).
+			if int64(len(batch)) >= f.d.inFlight.Load() && len(f.in) == 0 {
+				break collect
+			}
 			select {
 			case j := <-f.in:
 				batch = append(batch, j)
@@ -83,6 +90,18 @@ func (f *finalizer) flush(ctx context.Context, batch []*job) {
 	defer d.release(len(batch))
 	if err != nil {
 		return // logged by retryDBValue; leases expire and messages are re-delivered
+	}
+	// A finalized ordered message makes the next message of its aggregate
+	// the head, which nothing else announces (no INSERT, so no NOTIFY):
+	// wake the claimer, or an idle one would wait for the poll interval
+	// before each message of a busy aggregate (measured: one hot aggregate
+	// went from about 1 msg/s with the default 1s poll to hundreds per
+	// second; see BENCHMARKS.md).
+	for _, j := range batch {
+		if j.msg.Ordered {
+			d.wakeUp()
+			break
+		}
 	}
 	d.metrics.finalizeFlush(ctx, len(batch), time.Since(start))
 	d.metrics.add(outPublished, int64(len(done)))

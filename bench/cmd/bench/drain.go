@@ -64,6 +64,18 @@ func resetOutbox(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
+// settle runs right before a measured round of either system: VACUUM
+// ANALYZE of the table, then a CHECKPOINT, so every round starts from the
+// same WAL position relative to a checkpoint (full-page writes included)
+// instead of whichever round a timed checkpoint happens to land in.
+func settle(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, "CHECKPOINT")
+	return err
+}
+
 // enqueueOutbox inserts n unordered messages with the public API
 // (dispatcher.EnqueueMany: one COPY per 5,000), payload {"num":i} as River's
 // benchmark args.
@@ -191,7 +203,7 @@ func runDrain(ctx context.Context, e *env) error {
 				if err := enqueueOutbox(ctx, e.outbox, n, false, 1000); err != nil {
 					return err
 				}
-				if _, err := e.outbox.Exec(ctx, "VACUUM ANALYZE outbox"); err != nil {
+				if err := settle(ctx, e.outbox, "outbox"); err != nil {
 					return err
 				}
 				var stop func()

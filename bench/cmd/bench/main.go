@@ -16,7 +16,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -77,7 +76,7 @@ func main() {
 
 	if *child != "" {
 		if err := runChild(*child, o.url, *childN); err != nil {
-			log.Fatal(err)
+			fatal(err)
 		}
 		return
 	}
@@ -94,8 +93,15 @@ func main() {
 		}
 	}
 	if err := run(o); err != nil {
-		log.Fatal(err)
+		fatal(err)
 	}
+}
+
+// fatal reports err and exits (not log.Fatal: slog.SetDefault routes the log
+// package through the Warn-level handler, which would drop it).
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
 }
 
 // env is what every item gets: the server, its pools, and where results go.
@@ -138,8 +144,10 @@ func run(o options) error {
 		e.outboxURL = withDB(o.url, outboxDB)
 		e.riverURL = withDB(o.url, riverDB)
 	}
-	if err := e.createDatabases(ctx); err != nil {
-		return err
+	if os.Getenv("BENCH_KEEP_DB") == "" { // development: reuse the databases of a previous -url run
+		if err := e.createDatabases(ctx); err != nil {
+			return err
+		}
 	}
 	var err error
 	if e.outbox, err = newPool(ctx, e.outboxURL, 4); err != nil {

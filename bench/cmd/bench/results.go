@@ -44,10 +44,11 @@ type results struct {
 	SweepDispatchers []point // x = dispatchers in one process
 
 	// Item 2.
-	Sustained      []sustainedStep
-	LatencyAt1000  *sustainedStep
-	MaxSustained   float64
-	SustainedNotes string
+	Sustained           []sustainedStep
+	LatencyAt1000       *sustainedStep
+	SustainedPostCommit *sustainedStep
+	MaxSustained        float64
+	SustainedNotes      string
 
 	// Item 3.
 	ClaimCost []claimCost
@@ -59,6 +60,7 @@ type results struct {
 	HotN              int
 	HotRate           float64
 	OrderedVerified   string
+	OrderedConfig     string
 
 	// Item 5.
 	CeilingRows    int
@@ -82,20 +84,20 @@ type point struct {
 }
 
 type sustainedStep struct {
-	Offered    float64 // msg/s asked of the producers
-	Achieved   float64 // msg/s committed by the producers
-	Delivered  float64 // msg/s published
-	PerTx      int     // messages per business transaction
-	P50, P90   time.Duration
-	P99, Max   time.Duration
-	Backlog    int64 // undelivered at the end of the step
-	Kept       bool  // dispatcher kept up (see sustained.go)
-	Samples    []time.Duration
-	Producers  int
-	Duration   time.Duration
-	Committed  int
-	Published  int
-	WakeByPoll bool
+	Offered          float64 // msg/s asked of the producers
+	Achieved         float64 // msg/s committed by the producers
+	Delivered        float64 // msg/s published
+	PerTx            int     // messages per business transaction
+	P50, P90         time.Duration
+	P99, Max         time.Duration
+	Backlog          int64 // undelivered at the end of the step
+	Kept             bool  // dispatcher kept up (see sustained.go)
+	Samples          []time.Duration
+	Producers        int
+	Duration         time.Duration
+	Committed        int
+	Published        int
+	PostCommitNotify bool
 }
 
 type claimCost struct {

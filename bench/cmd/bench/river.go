@@ -92,7 +92,7 @@ func drainRiver(ctx context.Context, admin *pgxpool.Pool, n int) (float64, time.
 			return 0, 0, err
 		}
 	}
-	if _, err := admin.Exec(ctx, "VACUUM ANALYZE river_job"); err != nil {
+	if err := settle(ctx, admin, "river_job"); err != nil {
 		return 0, 0, err
 	}
 	events, cancelSub := client.SubscribeConfig(&river.SubscribeConfig{
@@ -142,4 +142,3 @@ wait:
 	elapsed := last.Sub(start)
 	return float64(n) / elapsed.Seconds(), elapsed, nil
 }
-

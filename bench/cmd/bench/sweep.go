@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -58,7 +61,7 @@ func measureSetup(ctx context.Context, e *env, s drainSetup, n int) (float64, er
 	if err := enqueueOutbox(ctx, e.outbox, n, false, 1000); err != nil {
 		return 0, err
 	}
-	if _, err := e.outbox.Exec(ctx, "VACUUM ANALYZE outbox"); err != nil {
+	if err := settle(ctx, e.outbox, "outbox"); err != nil {
 		return 0, err
 	}
 	rate, _, err := drainOutbox(ctx, e.outboxURL, s, n, nil)
@@ -73,6 +76,10 @@ func runTry(ctx context.Context, e *env, spec string, times int) error {
 	}
 	var rates []float64
 	for i := 0; i < times; i++ {
+		if os.Getenv("BENCH_NEWPOOL") != "" {
+			e.outbox.Close()
+			e.outbox, _ = newPool(ctx, e.outboxURL, 4)
+		}
 		stop := e.startProfile()
 		r, err := measureSetup(ctx, e, s, 100_000)
 		stop()
@@ -80,7 +87,10 @@ func runTry(ctx context.Context, e *env, spec string, times int) error {
 			return err
 		}
 		rates = append(rates, r)
-		logf("try %s: %.0f msg/s", spec, r)
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		logf("try %s: %.0f msg/s (goroutines %d, cpu user %.2fs sys %.2fs)", spec, r, runtime.NumGoroutine(),
+			time.Duration(ru.Utime.Nano()).Seconds(), time.Duration(ru.Stime.Nano()).Seconds())
 	}
 	logf("try %s: median %.0f msg/s  (%s)", spec, median(rates), s)
 	return nil

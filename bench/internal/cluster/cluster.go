@@ -40,6 +40,11 @@ func FindBin() (string, error) {
 		return "", fmt.Errorf("PG_BIN=%s has no pg_ctl", d)
 	}
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		// A symlink (e.g. /usr/local/bin/pg_ctl) points at the real bin
+		// directory, where initdb and pgbench live too.
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
 		return filepath.Dir(p), nil
 	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/queries"
+)
+
+// querySQL returns the text of one named query from the SQL contract
+// (queries/*.sql, embedded by the main module), without its comments.
+func querySQL(name string) string {
+	files, _ := fs.Glob(queries.FS, "*.sql")
+	for _, f := range files {
+		b, _ := fs.ReadFile(queries.FS, f)
+		text := string(b)
+		i := strings.Index(text, "-- name: "+name+" ")
+		if i < 0 {
+			continue
+		}
+		rest := text[i:]
+		rest = rest[strings.Index(rest, "\n")+1:]
+		if j := strings.Index(rest, ";"); j >= 0 {
+			rest = rest[:j]
+		}
+		return strings.TrimSpace(rest)
+	}
+	panic("query " + name + " not found in queries/*.sql")
+}
+
+// claimSQL is OutboxClaim with literal parameters.
+func claimSQL(batch int, owner string) string {
+	return strings.NewReplacer(
+		"@max_attempts::integer", "12::integer",
+		"@recover_expired::boolean", "true",
+		"@batch::integer", strconv.Itoa(batch)+"::integer",
+		"@owner::text", owner+"::text",
+		"@lease::interval", "'60 seconds'::interval",
+	).Replace(querySQL("OutboxClaim"))
+}
+
+// pgbenchScript is one transaction of the SQL ceiling: the dispatcher's two
+// statements, each its own autocommit transaction exactly as the dispatcher
+// runs them — OutboxClaim (its ids and lease versions kept with \gset) and
+// OutboxMarkDoneMany over them. Fenced and durable like the dispatcher.
+func pgbenchScript(batch int) string {
+	claim := claimSQL(batch, "'pgbench'")
+	// WITH claimed AS (<claim>) SELECT the arrays.
+	claimAgg := "WITH claimed AS (\n" + claim + "\n)\nSELECT array_agg(id) AS ids, array_agg(lease_version) AS vers FROM claimed"
+	done := strings.NewReplacer(
+		"@ids::bigint[]", ":ids::bigint[]",
+		"@lease_versions::bigint[]", ":vers::bigint[]",
+	).Replace(querySQL("OutboxMarkDoneMany"))
+	oneLine := func(s string) string {
+		// pgbench reads one SQL command up to the semicolon; keep it tidy.
+		return regexp.MustCompile(`\s+`).ReplaceAllString(s, " ")
+	}
+	return oneLine(claimAgg) + " \\gset\n" + oneLine(done) + ";\n"
+}
+
+// runCeiling is item 5: the claim + batched finalize driven by pgbench on
+// the same cluster, with as many clients as the best of 1, 2 and 4.
+func runCeiling(ctx context.Context, e *env) error {
+	pgbench := filepath.Join(e.pgBin, "pgbench")
+	if _, err := os.Stat(pgbench); err != nil {
+		return fmt.Errorf("pgbench not found next to pg_ctl: %w", err)
+	}
+	batch := outboxSetup().cfg.Batch
+	script, err := os.CreateTemp("", "pgoutbox-ceiling-*.sql")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(script.Name())
+	if _, err := script.WriteString(pgbenchScript(batch)); err != nil {
+		return err
+	}
+	script.Close()
+	os.Chmod(script.Name(), 0o644)
+
+	rows := 200_000
+	if e.o.full {
+		rows = 500_000
+	}
+	e.res.CeilingRows = rows
+	e.res.CeilingBatch = batch
+	var details []string
+	rounds := 1
+	if e.o.full {
+		rounds = 3
+	}
+	for _, clients := range []int{1, 2, 4} {
+		var rates []float64
+		for r := 0; r < rounds; r++ {
+			if err := resetOutbox(ctx, e.outbox); err != nil {
+				return err
+			}
+			if err := fillOutboxSQL(ctx, e.outbox, rows, "pending"); err != nil {
+				return err
+			}
+			if err := settle(ctx, e.outbox, "outbox"); err != nil {
+				return err
+			}
+			perClient := rows / batch / clients
+			host, port, user, dbname := splitURL(e.outboxURL)
+			cmd := exec.CommandContext(ctx, pgbench, "-n", "-M", "prepared", "-c", strconv.Itoa(clients),
+				"-j", strconv.Itoa(clients), "-t", strconv.Itoa(perClient), "-f", script.Name(),
+				"-h", host, "-p", port, "-U", user, dbname)
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			elapsed := time.Since(start)
+			if err != nil {
+				return fmt.Errorf("pgbench: %w\n%s", err, out)
+			}
+			tps, err := parseTPS(string(out))
+			if err != nil {
+				return fmt.Errorf("%w\n%s", err, out)
+			}
+			done, err := countDone(ctx, e.outbox)
+			if err != nil {
+				return err
+			}
+			want := int64(perClient * clients * batch)
+			if done != want {
+				return fmt.Errorf("pgbench ceiling: %d rows done, want %d\n%s", done, want, out)
+			}
+			rate := tps * float64(batch)
+			rates = append(rates, rate)
+			logf("ceiling: pgbench %d client(s), batch %d: %.0f tx/s = %.0f rows/s (%d rows in %s)", clients, batch, tps, rate,
+				done, elapsed.Round(time.Millisecond))
+		}
+		m := median(rates)
+		details = append(details, fmt.Sprintf("%d client(s): %.0f rows/s", clients, m))
+		if m > e.res.CeilingRate {
+			e.res.CeilingRate, e.res.CeilingClients = m, clients
+		}
+	}
+	e.res.CeilingDetail = strings.Join(details, "; ")
+	return nil
+}
+
+var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \((?:without initial connection time|excluding connections establishing)\)`)
+
+func parseTPS(out string) (float64, error) {
+	m := tpsRE.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench: no tps line in output")
+	}
+	return strconv.ParseFloat(m[1], 64)
+}
+
+// splitURL takes postgres://user@host:port/db?... apart for pgbench.
+func splitURL(u string) (host, port, user, dbname string) {
+	re := regexp.MustCompile(`^postgres(?:ql)?://([^@/]+)@([^:/]+):(\d+)/([^?]+)`)
+	m := re.FindStringSubmatch(u)
+	if m == nil {
+		return "127.0.0.1", "5432", "postgres", "postgres"
+	}
+	return m[2], m[3], m[1], m[4]
+}
