@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/redact"
 )
 
 // Exit codes.
@@ -47,8 +49,8 @@ type options struct {
 // app is one invocation.
 type app struct {
 	options
-	secrets *scrubber // passwords and tokens seen in this invocation
-	stderr  io.Writer // options.stderr behind the scrubber
+	secrets *redact.Scrubber // passwords and tokens seen in this invocation
+	stderr  io.Writer        // options.stderr behind the scrubber
 }
 
 func run(ctx context.Context, args []string, o options) int {
@@ -67,8 +69,8 @@ func run(ctx context.Context, args []string, o options) int {
 	if o.now == nil {
 		o.now = time.Now
 	}
-	s := &scrubber{}
-	a := &app{options: o, secrets: s, stderr: &scrubWriter{w: o.stderr, s: s}}
+	s := &redact.Scrubber{}
+	a := &app{options: o, secrets: s, stderr: s.Writer(o.stderr)}
 	return a.exit(a.dispatch(ctx, args))
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
@@ -30,13 +31,13 @@ func (a *app) resolveDatabase(f *flags, flagValue string) (*database, error) {
 	if d.raw == "" {
 		return nil, f.usageError("no database: set DATABASE_URL or pass --database-url (for example postgres://user:password@localhost:5432/app)")
 	}
-	d.redacted = redactDSN(d.raw)
-	a.secrets.add(urlSecrets(d.raw, false)...)
+	d.redacted = redact.URL(d.raw, false)
+	a.secrets.Add(redact.Secrets(d.raw, false)...)
 	cfg, err := pgxpool.ParseConfig(d.raw)
 	if err != nil {
-		return nil, failf("invalid database URL %s: %s; check %s", d.redacted, a.secrets.scrub(unwrapParse(err)), d.source)
+		return nil, failf("invalid database URL %s: %s; check %s", d.redacted, a.secrets.Scrub(unwrapParse(err)), d.source)
 	}
-	a.secrets.add(cfg.ConnConfig.Password)
+	a.secrets.Add(cfg.ConnConfig.Password)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
@@ -74,14 +75,14 @@ func compactErr(msg string) string {
 func (a *app) connect(ctx context.Context, d *database) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, d.cfg)
 	if err != nil {
-		return nil, failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.scrub(err.Error()), d.source)
+		return nil, failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.Scrub(err.Error()), d.source)
 	}
 	if err := a.ping(ctx, pool); err != nil {
 		pool.Close()
 		if ctx.Err() != nil {
 			return nil, failf("interrupted while connecting to PostgreSQL at %s", d.redacted)
 		}
-		return nil, failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.scrub(compactErr(err.Error())), d.source)
+		return nil, failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.Scrub(compactErr(err.Error())), d.source)
 	}
 	return pool, nil
 }
@@ -106,7 +107,7 @@ func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		return failf("schema not migrated%s: run `pgoutbox migrate up`", detail)
 	}
-	return failf("checking the schema: %s", a.secrets.scrub(err.Error()))
+	return failf("checking the schema: %s", a.secrets.Scrub(err.Error()))
 }
 
 // open = resolve + connect + checkSchema: what every data command needs.
@@ -128,5 +129,5 @@ func (a *app) open(ctx context.Context, f *flags, flagValue string) (*pgxpool.Po
 
 // dbError wraps a query error for the user.
 func (a *app) dbError(what string, err error) error {
-	return failf("%s: %s", what, a.secrets.scrub(fmt.Sprint(err)))
+	return failf("%s: %s", what, a.secrets.Scrub(fmt.Sprint(err)))
 }

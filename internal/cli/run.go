@@ -19,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/publisher/jetstream"
 	"github.com/pgoutbox/pgoutbox/publisher/kafka"
 	"github.com/pgoutbox/pgoutbox/publisher/rabbitmq"
@@ -298,21 +299,21 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		if rc.http.secret == "" {
 			rc.http.secret = a.getenv(envHTTPSecret)
 		}
-		a.secrets.add(rc.http.secret)
-		a.secrets.add(urlSecrets(rc.http.url, false)...)
+		a.secrets.Add(rc.http.secret)
+		a.secrets.Add(redact.Secrets(rc.http.url, false)...)
 		if u, err := url.Parse(rc.http.url); err == nil && u.RawQuery != "" {
 			for _, vs := range u.Query() {
-				a.secrets.add(vs...) // query tokens (?token=...)
+				a.secrets.Add(vs...) // query tokens (?token=...)
 			}
 		}
 	case "nats":
 		rc.nats.url = firstNonEmpty(*natsURL, a.getenv(envNATSURL), jetstream.URLDefault)
 		rc.nats.subject, rc.nats.timeout, rc.nats.expectStream = *natsSubject, *natsTimeout, *natsStream
-		a.secrets.add(urlSecrets(rc.nats.url, true)...)
+		a.secrets.Add(redact.Secrets(rc.nats.url, true)...)
 	case "amqp":
 		rc.amqp.url = firstNonEmpty(*amqpURL, a.getenv(envAMQPURL), rabbitmq.URLDefault)
 		rc.amqp.exchange, rc.amqp.routingKey, rc.amqp.timeout = *amqpExchange, *amqpKey, *amqpTimeout
-		a.secrets.add(urlSecrets(rc.amqp.url, false)...)
+		a.secrets.Add(redact.Secrets(rc.amqp.url, false)...)
 	case "kafka":
 		for b := range strings.SplitSeq(*kafkaBrokers, ",") {
 			if b = strings.TrimSpace(b); b != "" {
@@ -370,7 +371,7 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 	// dispatcher configuration before anything is contacted.
 	pool, err := pgxpool.NewWithConfig(ctx, d.cfg)
 	if err != nil {
-		return failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.scrub(err.Error()), d.source)
+		return failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.Scrub(err.Error()), d.source)
 	}
 	defer pool.Close()
 	if _, err := dispatcher.New(pool, stdout.Discard{}, rc.disp); err != nil {
@@ -400,7 +401,7 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.scrub(compactErr(err.Error())), d.source)
+		return failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.Scrub(compactErr(err.Error())), d.source)
 	}
 	if err := a.checkSchema(ctx, pool); err != nil {
 		return err
@@ -436,7 +437,7 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 		if err != nil && ctx.Err() == nil {
 			h.set(checkPublisher, err)
 			log.Warn("publisher is not reachable; starting anyway (messages are retried with backoff; /healthz stays not ready until a ping succeeds)",
-				slog.String("publisher", rc.publisher), slog.String("error", a.secrets.scrub(err.Error())))
+				slog.String("publisher", rc.publisher), slog.String("error", a.secrets.Scrub(err.Error())))
 		} else {
 			h.set(checkPublisher, nil)
 		}
@@ -454,7 +455,7 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 	disp.Store(dp)
 	log.Info("dispatching", slog.String("owner", dp.Owner()))
 	if err := dp.Run(ctx); err != nil {
-		return failf("run: %s", a.secrets.scrub(err.Error()))
+		return failf("run: %s", a.secrets.Scrub(err.Error()))
 	}
 	s := dp.Stats()
 	log.Info("pgoutbox run stopped", slog.Int64("published", s.Published), slog.Int64("retried", s.Retried),
@@ -526,7 +527,7 @@ func isConfigError(err error) bool {
 }
 
 func (a *app) publisherError(name string, spec pubSpec, err error) error {
-	msg := strings.TrimPrefix(a.secrets.scrub(err.Error()), dispatcher.ErrInvalidConfig.Error()+": ")
+	msg := strings.TrimPrefix(a.secrets.Scrub(err.Error()), dispatcher.ErrInvalidConfig.Error()+": ")
 	if spec.hint != "" {
 		return failf("--publisher %s is misconfigured: %s; check %s", name, msg, spec.hint)
 	}
@@ -551,7 +552,7 @@ func (a *app) connectPublisher(ctx context.Context, rc runConfig, spec pubSpec, 
 		}
 		h.set(checkPublisher, fmt.Errorf("not connected: %w", err))
 		log.Warn("publisher is not reachable; retrying (nothing is claimed until it connects)",
-			slog.String("publisher", rc.publisher), slog.String("error", a.secrets.scrub(err.Error())),
+			slog.String("publisher", rc.publisher), slog.String("error", a.secrets.Scrub(err.Error())),
 			slog.Duration("retry_in", delay))
 		select {
 		case <-ctx.Done():
@@ -594,9 +595,9 @@ func (a *app) startupAttrs(rc runConfig, d *database) []any {
 		attrs = append(attrs, slog.String("http_receiver", host), slog.Bool("http_signed", rc.http.secret != ""),
 			slog.Duration("http_timeout", rc.http.timeout))
 	case "nats":
-		attrs = append(attrs, slog.String("nats_url", redactURL(rc.nats.url)), slog.String("nats_subject", rc.nats.subject))
+		attrs = append(attrs, slog.String("nats_url", redact.URL(rc.nats.url, true)), slog.String("nats_subject", rc.nats.subject))
 	case "amqp":
-		attrs = append(attrs, slog.String("amqp_url", redactURL(rc.amqp.url)), slog.String("amqp_exchange", rc.amqp.exchange),
+		attrs = append(attrs, slog.String("amqp_url", redact.URL(rc.amqp.url, false)), slog.String("amqp_exchange", rc.amqp.exchange),
 			slog.String("amqp_routing_key", rc.amqp.routingKey))
 	case "kafka":
 		attrs = append(attrs, slog.String("kafka_brokers", strings.Join(rc.kafka.brokers, ",")),
@@ -630,7 +631,7 @@ func (a *app) serveMetrics(ctx context.Context, addr string, h *health, disp *at
 		ok, reason := h.ready()
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %s\n", a.secrets.scrub(reason))
+			fmt.Fprintf(w, "not ready: %s\n", a.secrets.Scrub(reason))
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -684,7 +685,7 @@ func (a *app) logChange(log *slog.Logger, h *health, which int, err error, what 
 		return
 	}
 	if err != nil {
-		log.Warn(what+" is not reachable; /healthz not ready", slog.String("error", a.secrets.scrub(err.Error())))
+		log.Warn(what+" is not reachable; /healthz not ready", slog.String("error", a.secrets.Scrub(err.Error())))
 	} else {
 		log.Info(what + " is reachable again")
 	}

@@ -97,7 +97,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 			if *watch == 0 || i == 0 {
 				return a.dbError("stats", err)
 			}
-			fmt.Fprintf(a.stderr, "pgoutbox: stats: %s (retrying in %s)\n", a.secrets.scrub(err.Error()), *watch)
+			fmt.Fprintf(a.stderr, "pgoutbox: stats: %s (retrying in %s)\n", a.secrets.Scrub(err.Error()), *watch)
 		} else {
 			switch {
 			case *asJSON:

@@ -83,6 +83,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 )
 
@@ -204,7 +205,7 @@ func (c *Config) validate() (*template.Template, error) {
 			if _, err := url.Parse(u); err != nil {
 				// url.Error quotes the whole URL, password included: say
 				// only that it does not parse.
-				return nil, invalid("URL", "%s is not a valid URL", redactURL(u))
+				return nil, invalid("URL", "%s is not a valid URL", redact.URL(u, true))
 			}
 		}
 	}
@@ -248,7 +249,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("jetstream: connect: %w", err)
 	}
-	p := &Publisher{cfg: cfg, log: cfg.Logger, subject: tmpl, url: redactURLs(cfg.URL)}
+	p := &Publisher{cfg: cfg, log: cfg.Logger, subject: tmpl, url: redact.URL(cfg.URL, true)}
 	opts := []nats.Option{
 		nats.Name("pgoutbox"),
 		nats.MaxReconnects(-1),
@@ -505,5 +506,5 @@ func sampleMessage() dispatcher.Message {
 // scrub removes the URL's secrets from err's text, keeping err in the chain
 // for errors.Is and errors.As.
 func (p *Publisher) scrub(err error) error {
-	return scrubError(err, p.cfg.URL)
+	return redact.Error(err, p.cfg.URL, true)
 }

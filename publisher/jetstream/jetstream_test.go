@@ -21,6 +21,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 )
 
@@ -50,7 +51,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	nc, err := nats.Connect(natsURL(), nats.Timeout(3*time.Second), nats.MaxReconnects(0))
 	if err != nil {
-		t.Fatalf("NATS with JetStream not reachable at %s: start nats-server -js or set NATS_URL: %v", redactURL(natsURL()), err)
+		t.Fatalf("NATS with JetStream not reachable at %s: start nats-server -js or set NATS_URL: %v", redact.URL(natsURL(), true), err)
 	}
 	t.Cleanup(nc.Close)
 	js, err := natsjs.New(nc)
@@ -60,7 +61,7 @@ func setup(t *testing.T) *testBundle {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {
-		t.Fatalf("JetStream not enabled at %s: start nats-server -js or set NATS_URL: %v", redactURL(natsURL()), err)
+		t.Fatalf("JetStream not enabled at %s: start nats-server -js or set NATS_URL: %v", redact.URL(natsURL(), true), err)
 	}
 	sfx := randSuffix(t)
 	b := &testBundle{js: js, name: "PGOUTBOX_TEST_" + sfx, prefix: "pgoutbox.test." + sfx}
@@ -532,13 +533,13 @@ func TestRedactURL_HidesPasswordsAndTokens(t *testing.T) {
 		"nats://alice:s3cret@[::1":             "nats://xxxxx@[::1",
 		"nats://a:p1@h1:4222,nats://b:p2@h2:1": "nats://a:xxxxx@h1:4222,nats://b:xxxxx@h2:1",
 	} {
-		if got := redactURLs(in); got != want {
-			t.Errorf("redactURLs(%q) = %q; want %q", in, got, want)
+		if got := redact.URL(in, true); got != want {
+			t.Errorf("redact.URL(%q, true) = %q; want %q", in, got, want)
 		}
 	}
-	err := scrubError(errors.New(`dial "nats://alice:s3cret@h:4222": password s3cret`), "nats://alice:s3cret@h:4222")
+	err := redact.Error(errors.New(`dial "nats://alice:s3cret@h:4222": password s3cret`), "nats://alice:s3cret@h:4222", true)
 	if strings.Contains(err.Error(), "s3cret") {
-		t.Fatalf("scrubError = %q; leaks the password", err)
+		t.Fatalf("redact.Error = %q; leaks the password", err)
 	}
 }
 

@@ -89,6 +89,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 )
 
@@ -235,7 +236,7 @@ func invalid(field, format string, args ...any) error {
 // key template.
 func (c *Config) validate() (*template.Template, error) {
 	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return nil, invalid("URL", "%s: %v", redactURL(c.URL), scrubError(err, c.URL))
+		return nil, invalid("URL", "%s: %v", redact.URL(c.URL, false), redact.Error(err, c.URL, false))
 	}
 	if len(c.Exchange) > 255 {
 		return nil, invalid("Exchange", "longer than 255 bytes")
@@ -287,7 +288,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		mandatory: cfg.Mandatory == nil || *cfg.Mandatory,
 		log:       cfg.Logger,
 		key:       tmpl,
-		url:       redactURL(cfg.URL),
+		url:       redact.URL(cfg.URL, false),
 		dialSem:   make(chan struct{}, 1),
 	}
 	c, err := p.dial(ctx)
@@ -383,7 +384,7 @@ func (p *Publisher) closeError(err error, key string) error {
 	if errors.As(err, &amqpErr) {
 		return classifyAMQPError(amqpErr, p.cfg.Exchange, key)
 	}
-	return dispatcher.Retryable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", p.cfg.Exchange, scrubError(err, p.cfg.URL)))
+	return dispatcher.Retryable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", p.cfg.Exchange, redact.Error(err, p.cfg.URL, false)))
 }
 
 // classifyAMQPError maps a channel or connection exception.
@@ -406,7 +407,7 @@ func (p *Publisher) retryable(err error) error {
 	if errors.Is(err, ErrClosed) {
 		return dispatcher.Retryable(err)
 	}
-	return dispatcher.Retryable(fmt.Errorf("%w to %s: %w", ErrNotConnected, p.url, scrubError(err, p.cfg.URL)))
+	return dispatcher.Retryable(fmt.Errorf("%w to %s: %w", ErrNotConnected, p.url, redact.Error(err, p.cfg.URL, false)))
 }
 
 // publishing builds the AMQP message of msg.
@@ -481,7 +482,7 @@ func (p *Publisher) Ping(ctx context.Context) error {
 		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
 			return fmt.Errorf("%w: Config.Exchange %q: %w", ErrExchangeNotFound, p.cfg.Exchange, err)
 		}
-		return fmt.Errorf("rabbitmq: check Config.Exchange %q: %w", p.cfg.Exchange, scrubError(err, p.cfg.URL))
+		return fmt.Errorf("rabbitmq: check Config.Exchange %q: %w", p.cfg.Exchange, redact.Error(err, p.cfg.URL, false))
 	}
 	p.release(c, ch)
 	return nil
@@ -498,7 +499,7 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	if err := c.c.CloseDeadline(time.Now().Add(p.cfg.ConfirmTimeout)); err != nil && !errors.Is(err, amqp.ErrClosed) {
-		return fmt.Errorf("rabbitmq: close: %w", scrubError(err, p.cfg.URL))
+		return fmt.Errorf("rabbitmq: close: %w", redact.Error(err, p.cfg.URL, false))
 	}
 	return nil
 }
@@ -634,7 +635,7 @@ func (p *Publisher) dial(ctx context.Context) (*conn, error) {
 		},
 	})
 	if err != nil {
-		return nil, scrubError(err, p.cfg.URL)
+		return nil, redact.Error(err, p.cfg.URL, false)
 	}
 	c := &conn{c: ac}
 	closes := ac.NotifyClose(make(chan *amqp.Error, 1))

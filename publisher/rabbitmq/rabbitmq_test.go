@@ -19,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 )
 
@@ -49,7 +50,7 @@ func connect(t *testing.T) *amqp.Connection {
 	t.Helper()
 	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
-		t.Fatalf("RabbitMQ not reachable at %s: start rabbitmq-server or set AMQP_URL: %v", redactURL(amqpURL()), scrubError(err, amqpURL()))
+		t.Fatalf("RabbitMQ not reachable at %s: start rabbitmq-server or set AMQP_URL: %v", redact.URL(amqpURL(), false), redact.Error(err, amqpURL(), false))
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
@@ -650,8 +651,8 @@ func TestRedactURL_HidesThePassword(t *testing.T) {
 		"amqp://alice@h:5672/":             "amqp://alice@h:5672/",
 		"amqp://alice:s3cret@[::1":         "amqp://xxxxx@[::1",
 	} {
-		if got := redactURL(in); got != want {
-			t.Errorf("redactURL(%q) = %q; want %q", in, got, want)
+		if got := redact.URL(in, false); got != want {
+			t.Errorf("redact.URL(%q, false) = %q; want %q", in, got, want)
 		}
 	}
 }
