@@ -45,3 +45,12 @@ chaos:
 ## chaos-long: 32 minutes of faults, 200,000 events; writes RELIABILITY.md
 chaos-long:
 	$(GO) run ./chaos -seed 42 -duration 32m -events 200000 -relays 4 -drain-timeout 10m -out RELIABILITY.md -section long
+
+## bench: the benchmark suite (nested module bench/, one throwaway PostgreSQL,
+## under 10 minutes); writes BENCHMARKS.md and docs/bench/*.png
+bench:
+	cd bench && go run ./cmd/bench -out ..
+
+## bench-full: the same with larger runs and more rounds (longer)
+bench-full:
+	cd bench && go run ./cmd/bench -out .. -full

@@ -7,76 +7,103 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgoutbox/pgoutbox/db"
 )
 
 const claimCostBatch = 100
 
 // runClaimCost is item 3: OutboxClaim latency (batch of 100, 10,000 pending
-// rows) with 0, 100,000 and 1,000,000 done rows retained. Each level starts
-// from an empty table: done rows first (older ids, as retention leaves
-// them), then the pending rows, then VACUUM ANALYZE and CHECKPOINT. Each
-// claim runs in a transaction that is rolled back, so every iteration sees
-// the same queue; the figure is the claim statement's round trip.
+// rows) with 0, 100,000 and 1,000,000 done rows retained. Each level gets
+// its own freshly migrated database on the same server: done rows first
+// (older ids, as retention leaves them), then the pending rows, then VACUUM
+// ANALYZE and CHECKPOINT. The claims then interleave the three levels (one
+// claim on each per iteration), so noise from elsewhere on the machine hits
+// all three alike. Each claim runs in a transaction that is rolled back, so
+// every iteration sees the same queue; the figure is the claim statement's
+// client-side round trip.
 func runClaimCost(ctx context.Context, e *env) error {
-	iters := 300
+	iters := 400
 	if e.o.full {
 		iters = 2000
 	}
-	for _, retained := range []int{0, 100_000, 1_000_000} {
-		if err := resetOutbox(ctx, e.outbox); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		if retained > 0 {
-			if err := fillOutboxSQL(ctx, e.outbox, retained, "done"); err != nil {
-				return err
+	levels := []int{0, 100_000, 1_000_000}
+	type level struct {
+		pool *pgxpool.Pool
+		conn *pgxpool.Conn
+		lat  []time.Duration
+	}
+	ls := make([]*level, len(levels))
+	defer func() {
+		for _, l := range ls {
+			if l != nil {
+				if l.conn != nil {
+					l.conn.Release()
+				}
+				l.pool.Close()
 			}
 		}
-		if err := fillOutboxSQL(ctx, e.outbox, 10_000, "pending"); err != nil {
-			return err
+		for _, retained := range levels {
+			_ = e.adminExec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS outbox_claim_%d WITH (FORCE)", retained))
 		}
-		if err := settle(ctx, e.outbox, "outbox"); err != nil {
-			return err
-		}
-		logf("claim cost: %d done + 10,000 pending rows built in %s", retained, time.Since(t0).Round(time.Millisecond))
-		conn, err := e.outbox.Acquire(ctx)
+	}()
+	for i, retained := range levels {
+		name := fmt.Sprintf("outbox_claim_%d", retained)
+		t0 := time.Now()
+		pool, err := e.migratedDatabase(ctx, name)
 		if err != nil {
 			return err
 		}
-		q := db.New(conn)
-		params := db.OutboxClaimParams{Owner: "bench", Batch: claimCostBatch, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true}
-		lat := make([]time.Duration, 0, iters)
-		for i := -20; i < iters; i++ { // 20 warm-up claims (plan cache, buffers)
-			tx, err := conn.Begin(ctx)
+		ls[i] = &level{pool: pool}
+		if retained > 0 {
+			if err := fillOutboxSQL(ctx, pool, retained, "done"); err != nil {
+				return err
+			}
+		}
+		if err := fillOutboxSQL(ctx, pool, 10_000, "pending"); err != nil {
+			return err
+		}
+		if err := settle(ctx, pool, "outbox"); err != nil {
+			return err
+		}
+		if ls[i].conn, err = pool.Acquire(ctx); err != nil {
+			return err
+		}
+		logf("claim cost: database %s with %d done + 10,000 pending rows built in %s", name, retained, time.Since(t0).Round(time.Millisecond))
+	}
+	params := db.OutboxClaimParams{Owner: "bench", Batch: claimCostBatch, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true}
+	for i := -20; i < iters; i++ { // 20 warm-up rounds (plan cache, buffers)
+		for _, l := range ls {
+			tx, err := l.conn.Begin(ctx)
 			if err != nil {
-				conn.Release()
 				return err
 			}
 			start := time.Now()
-			rows, err := q.WithTx(tx).OutboxClaim(ctx, params)
+			rows, err := db.New(tx).OutboxClaim(ctx, params)
 			el := time.Since(start)
 			_ = tx.Rollback(ctx)
 			if err != nil || len(rows) != claimCostBatch {
-				conn.Release()
 				return fmt.Errorf("claim returned %d rows: %v", len(rows), err)
 			}
 			if i >= 0 {
-				lat = append(lat, el)
+				l.lat = append(l.lat, el)
 			}
 		}
-		plan, err := claimPlan(ctx, e)
-		conn.Release()
+	}
+	for i, retained := range levels {
+		l := ls[i]
+		plan, err := claimPlan(ctx, l.pool)
 		if err != nil {
 			return err
 		}
-		slices.Sort(lat)
+		slices.Sort(l.lat)
 		var sum time.Duration
-		for _, l := range lat {
-			sum += l
+		for _, x := range l.lat {
+			sum += x
 		}
-		c := claimCost{Retained: retained, P50: percentile(lat, 0.5), P99: percentile(lat, 0.99),
-			Mean: sum / time.Duration(len(lat)), Iter: iters, Plan: plan}
+		c := claimCost{Retained: retained, P50: percentile(l.lat, 0.5), P99: percentile(l.lat, 0.99),
+			Mean: sum / time.Duration(len(l.lat)), Iter: iters, Plan: plan}
 		logf("claim cost with %d done rows: p50 %s, mean %s, p99 %s; %s", retained, c.P50.Round(time.Microsecond),
 			c.Mean.Round(time.Microsecond), c.P99.Round(time.Microsecond), plan)
 		e.res.ClaimCost = append(e.res.ClaimCost, c)
@@ -86,8 +113,8 @@ func runClaimCost(ctx context.Context, e *env) error {
 
 // claimPlan returns the index the ready branch of the claim uses and its
 // buffer count, from EXPLAIN (ANALYZE, BUFFERS) in a rolled-back transaction.
-func claimPlan(ctx context.Context, e *env) (string, error) {
-	tx, err := e.outbox.Begin(ctx)
+func claimPlan(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return "", err
 	}

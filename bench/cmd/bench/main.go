@@ -249,6 +249,44 @@ func (e *env) createDatabases(ctx context.Context) error {
 	return migrateRiver(ctx, e.riverURL)
 }
 
+// adminExec runs one statement on the server's postgres database.
+func (e *env) adminExec(ctx context.Context, sql string) error {
+	conn, err := pgx.Connect(ctx, e.adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// migratedDatabase (re)creates database name with pgoutbox's migrations and
+// returns a small pool on it.
+func (e *env) migratedDatabase(ctx context.Context, name string) (*pgxpool.Pool, error) {
+	if err := e.adminExec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		return nil, err
+	}
+	if err := e.adminExec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, err
+	}
+	pool, err := newPool(ctx, withDB(e.adminURL, name), 2)
+	if err != nil {
+		return nil, err
+	}
+	m, err := migrations.FromPool(pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	_, err = m.Up(ctx)
+	m.Close()
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
 func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -116,7 +116,9 @@ func runStep(ctx context.Context, e *env, rate float64, d time.Duration, perTx i
 			events := make([]dispatcher.Event, st.PerTx)
 			for {
 				j := int(next.Add(1) - 1)
-				if j >= nTx {
+				// Stop at the end of the step even when behind schedule: a
+				// step measures a rate, not a count.
+				if j >= nTx || time.Since(start) > d {
 					return
 				}
 				at := start.Add(time.Duration(j) * interval)
@@ -161,7 +163,7 @@ func runStep(ctx context.Context, e *env, rate float64, d time.Duration, perTx i
 	}
 	// Let the dispatcher finish: at most 5s after the producers stopped.
 	drainDeadline := time.Now().Add(5 * time.Second)
-	for rec.published.Load() < int64(n) && time.Now().Before(drainDeadline) {
+	for rec.published.Load() < committed.Load() && time.Now().Before(drainDeadline) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	deliverTime := time.Since(start)
