@@ -61,9 +61,21 @@ func (r *results) goals() []goal {
 		g = append(g, goal{"Claim latency, 1,000,000 retained done rows vs none", "≤ 1.20×",
 			fmt.Sprintf("%.2f× (p50 %s vs %s)", ratio, ms(r.ClaimCost[2].P50), ms(r.ClaimCost[0].P50)), ratio <= 1.2, ""})
 	}
-	if s := r.LatencyAt1000; s != nil {
-		g = append(g, goal{"End-to-end p50 at 1,000 msg/s", "≤ 5 ms", ms(s.P50), s.P50 <= 5*time.Millisecond, ""})
-		g = append(g, goal{"End-to-end p99 at 1,000 msg/s", "≤ 50 ms", ms(s.P99), s.P99 <= 50*time.Millisecond, ""})
+	latency := func(label string, s *sustainedStep) {
+		if s == nil {
+			return
+		}
+		reached := s.Achieved >= 0.95*s.Offered
+		short := ""
+		if !reached {
+			short = fmt.Sprintf("; producers reached only %s msg/s", kfmt(s.Achieved))
+		}
+		g = append(g, goal{"End-to-end p50 at 1,000 msg/s, " + label, "≤ 5 ms", ms(s.P50) + short, reached && s.P50 <= 5*time.Millisecond, ""})
+		g = append(g, goal{"End-to-end p99 at 1,000 msg/s, " + label, "≤ 50 ms", ms(s.P99) + short, reached && s.P99 <= 50*time.Millisecond, ""})
+	}
+	latency("1 event per transaction", r.LatencyAt1000)
+	if s := r.LatencyAt1000Batched; s != nil {
+		latency(fmt.Sprintf("%d events per transaction", s.PerTx), s)
 	}
 	if r.RSSPeakKiB > 0 {
 		mib := float64(r.RSSPeakKiB) / 1024
@@ -176,19 +188,34 @@ func writeReport(out string, r *results) error {
 	if len(r.Sustained) > 0 {
 		p("## 2. Sustained mode: end-to-end latency")
 		p("")
-		p("%d producer goroutines write one business row (`bench_orders`) and its outbox event(s) in one transaction (`dispatcher.Enqueue`, or `EnqueueMany` when a transaction carries several events), paced to a fixed offered rate; one dispatcher (the drain configuration, LISTEN/NOTIFY wake-up, default 1 s poll fallback) publishes. Latency: from the producer's `COMMIT` returning to `Publish` being called for that message, on one monotonic clock (a publish that beats the producer's view of its own commit counts as 0). A step is *kept up* when the producers achieved ≥ 95%% of the offered rate, every message was delivered, and p99 < 1 s. Above 1,000 msg/s, transactions carry rate/1,000 events each (a default server commits only a few thousand durable transactions per second in total).", sustainedProducers)
+		p("%d producer goroutines each loop: one business transaction = one `bench_orders` row plus its outbox event(s) (`dispatcher.Enqueue`, or `EnqueueMany` for several events), paced to a fixed offered rate. One dispatcher (the drain configuration, LISTEN/NOTIFY wake-up, default 1 s poll fallback) publishes. Latency: from the producer's `COMMIT` returning to `Publish` being called for that message, on one monotonic clock (a publish that beats the producer's view of its own commit counts as 0). A step is *kept up* when the producers achieved ≥ 95%% of the offered rate, every committed message was delivered, and p99 < 1 s. Each step lasts %s (the first two %s); producers stop at the end of the step even when behind schedule.", sustainedProducers, r.Sustained[len(r.Sustained)-1].Duration, r.Sustained[0].Duration)
 		p("")
-		p("| Offered msg/s | Events/tx | Produced msg/s | Delivered | p50 | p90 | p99 | max | Kept up |")
-		p("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-		for _, s := range r.Sustained {
-			p("| %s | %d | %s | %d / %d | %s | %s | %s | %s | %v |", kfmt(s.Offered), s.PerTx, kfmt(s.Achieved), s.Published, s.Committed,
+		p("- **2a** — 1,000 msg/s, one event per transaction, the schema as shipped (the `outbox_notify` statement trigger sends NOTIFY inside each producer transaction).")
+		p("- **2b** — experiment: the same, with the trigger disabled and each producer sending `pg_notify` in its own statement right after COMMIT.")
+		p("- **2c** — rising rates with the trigger, producers at 250 transactions/s carrying rate/250 events each, until a step is not kept up.")
+		p("")
+		p("| Step | Offered msg/s | Events/tx | Produced msg/s | Delivered | p50 | p90 | p99 | max | Kept up |")
+		p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+		row := func(name string, s sustainedStep) {
+			p("| %s | %s | %d | %s | %d / %d | %s | %s | %s | %s | %v |", name, kfmt(s.Offered), s.PerTx, kfmt(s.Achieved), s.Published, s.Committed,
 				ms(s.P50), ms(s.P90), ms(s.P99), ms(s.Max), yesNo(s.Kept))
 		}
+		row("2a", r.Sustained[0])
+		if r.SustainedPostCommit != nil {
+			row("2b", *r.SustainedPostCommit)
+		}
+		for _, s := range r.Sustained[1:] {
+			row("2c", s)
+		}
 		p("")
-		p("Highest sustained rate: **%s msg/s** (the highest step kept up; steps stop at the first one that is not).", kfmt(r.MaxSustained))
+		p("Highest sustained rate: **%s msg/s** (the highest 2c step kept up; the ladder stops at the first step that is not).", kfmt(r.MaxSustained))
 		p("")
-		p("![latency distribution at 1,000 msg/s](%s)", charts["latency"])
+		p("Why 2a cannot reach 1,000 msg/s here: PostgreSQL serializes the commits of transactions that sent NOTIFY (a cluster-wide lock held through the commit's WAL flush), so notifying transactions never share a flush. On this machine that caps one-event producer transactions at roughly one per fsync, far below the ~3,000 durable transactions/s the server manages without NOTIFY (measurements in the tuning log). 2b shows the cap lifts when the wake-up is sent after COMMIT; 2c shows the dispatcher's latency at 1,000 msg/s and above when the producers batch.")
 		p("")
+		if charts["latency"] != "" {
+			p("![latency distribution at 1,000 msg/s](%s)", charts["latency"])
+			p("")
+		}
 		if charts["sustained"] != "" {
 			p("![latency vs rate](%s)", charts["sustained"])
 			p("")
@@ -295,27 +322,37 @@ func (r *results) charts(dir string) (map[string]string, error) {
 		m["concurrency"] = rel("throughput_concurrency.png")
 	}
 	if s := r.LatencyAt1000; s != nil && len(s.Samples) > 0 {
-		// Latency distribution: percentile curve (x = percentile, y = ms).
-		var x, y []float64
-		for _, pc := range []float64{0, 10, 25, 50, 75, 90, 95, 99, 99.9, 100} {
-			x = append(x, pc)
-			y = append(y, float64(percentile(s.Samples, pc/100))/1e6)
+		// Latency distribution: percentile curves (x = percentile, y = ms).
+		curve := func(name string, s *sustainedStep) chart.Series {
+			ser := chart.Series{Name: name}
+			for _, pc := range []float64{0, 10, 25, 50, 75, 90, 95, 99} {
+				ser.X = append(ser.X, pc)
+				ser.Y = append(ser.Y, float64(percentile(s.Samples, pc/100))/1e6)
+			}
+			return ser
 		}
-		err := chart.Line{Title: "End-to-end latency at 1,000 msg/s (commit to Publish)", XLabel: "percentile", YLabel: "milliseconds",
-			Series: []chart.Series{{Name: "latency", X: x, Y: y}}}.Save(filepath.Join(dir, "latency.png"))
+		series := []chart.Series{curve("1 event/tx (2a)", s)}
+		if b := r.LatencyAt1000Batched; b != nil && len(b.Samples) > 0 {
+			series = append(series, curve(fmt.Sprintf("%d events/tx (2c)", b.PerTx), b))
+		}
+		if pc := r.SustainedPostCommit; pc != nil && len(pc.Samples) > 0 {
+			series = append(series, curve("notify after commit (2b)", pc))
+		}
+		err := chart.Line{Title: "Latency at 1,000 msg/s, commit to Publish", XLabel: "percentile", YLabel: "milliseconds",
+			Series: series}.Save(filepath.Join(dir, "latency.png"))
 		if err != nil {
 			return nil, err
 		}
 		m["latency"] = rel("latency.png")
 	}
-	if len(r.Sustained) > 1 {
+	if len(r.Sustained) > 2 {
 		var x, p50, p99 []float64
-		for _, s := range r.Sustained {
+		for _, s := range r.Sustained[1:] {
 			x = append(x, s.Offered)
 			p50 = append(p50, float64(s.P50)/1e6)
 			p99 = append(p99, float64(s.P99)/1e6)
 		}
-		err := chart.Line{Title: "Latency vs offered rate", XLabel: "offered messages/s", YLabel: "milliseconds", LogX: true,
+		err := chart.Line{Title: "Latency vs offered rate (2c)", XLabel: "offered messages/s", YLabel: "milliseconds", LogX: true,
 			Series: []chart.Series{{Name: "p50", X: x, Y: p50}, {Name: "p99", X: x, Y: p99}}}.Save(filepath.Join(dir, "sustained.png"))
 		if err != nil {
 			return nil, err

@@ -44,11 +44,12 @@ type results struct {
 	SweepDispatchers []point // x = dispatchers in one process
 
 	// Item 2.
-	Sustained           []sustainedStep
-	LatencyAt1000       *sustainedStep
-	SustainedPostCommit *sustainedStep
-	MaxSustained        float64
-	SustainedNotes      string
+	Sustained            []sustainedStep
+	LatencyAt1000        *sustainedStep
+	SustainedPostCommit  *sustainedStep
+	LatencyAt1000Batched *sustainedStep
+	MaxSustained         float64
+	SustainedNotes       string
 
 	// Item 3.
 	ClaimCost []claimCost
