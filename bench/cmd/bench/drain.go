@@ -31,9 +31,9 @@ func outboxSetup() drainSetup {
 	return drainSetup{
 		cfg: dispatcher.Config{
 			Claim:         dispatcher.ClaimUnorderedOnly,
-			Batch:         500,
+			Batch:         1000,
 			Concurrency:   16,
-			FinalizeBatch: 1000,
+			FinalizeBatch: 2000,
 			FinalizeDelay: 2 * time.Millisecond,
 			StatsInterval: -1,
 		},
