@@ -31,7 +31,16 @@ func querySQL(name string) string {
 		if j := strings.Index(rest, ";"); j >= 0 {
 			rest = rest[:j]
 		}
-		return strings.TrimSpace(rest)
+		// Drop line comments (the contract's queries hold no "--" inside
+		// string literals): pgbench gets each statement on one line.
+		var lines []string
+		for _, l := range strings.Split(rest, "\n") {
+			if k := strings.Index(l, "--"); k >= 0 {
+				l = l[:k]
+			}
+			lines = append(lines, l)
+		}
+		return strings.TrimSpace(strings.Join(lines, "\n"))
 	}
 	panic("query " + name + " not found in queries/*.sql")
 }
@@ -53,8 +62,13 @@ func claimSQL(batch int, owner string) string {
 // OutboxMarkDoneMany over them. Fenced and durable like the dispatcher.
 func pgbenchScript(batch int) string {
 	claim := claimSQL(batch, "'pgbench'")
-	// WITH claimed AS (<claim>) SELECT the arrays.
-	claimAgg := "WITH claimed AS (\n" + claim + "\n)\nSELECT array_agg(id) AS ids, array_agg(lease_version) AS vers FROM claimed"
+	// The claim ends in SELECT ... FROM claimed AS c ORDER BY c.id; keep its
+	// CTEs and aggregate the claimed ids and lease versions instead.
+	i := strings.LastIndex(claim, "SELECT c.id")
+	if i < 0 || !strings.Contains(claim[i:], "FROM claimed AS c") {
+		panic("OutboxClaim no longer ends in SELECT c.id ... FROM claimed AS c; update pgbenchScript")
+	}
+	claimAgg := claim[:i] + "SELECT array_agg(c.id) AS ids, array_agg(c.lease_version) AS vers FROM claimed AS c"
 	done := strings.NewReplacer(
 		"@ids::bigint[]", ":ids::bigint[]",
 		"@lease_versions::bigint[]", ":vers::bigint[]",

@@ -188,6 +188,15 @@ func runDrain(ctx context.Context, e *env) error {
 		return err
 	}
 	defer rp.Close()
+	// Before every round of either system: both tables vacuumed (so that no
+	// autovacuum of the previous round's table runs during this one), both
+	// analyzed, then a CHECKPOINT.
+	settleAll := func() error {
+		if _, err := rp.Exec(ctx, "VACUUM ANALYZE river_job"); err != nil {
+			return err
+		}
+		return settle(ctx, e.outbox, "outbox")
+	}
 	// One warm-up round each (not counted): page cache, plan caches.
 	for round := -1; round < e.o.rounds; round++ {
 		first := []string{"outbox", "river"}
@@ -203,7 +212,7 @@ func runDrain(ctx context.Context, e *env) error {
 				if err := enqueueOutbox(ctx, e.outbox, n, false, 1000); err != nil {
 					return err
 				}
-				if err := settle(ctx, e.outbox, "outbox"); err != nil {
+				if err := settleAll(); err != nil {
 					return err
 				}
 				var stop func()
@@ -229,7 +238,7 @@ func runDrain(ctx context.Context, e *env) error {
 					e.res.DrainOutbox = append(e.res.DrainOutbox, rate)
 				}
 			case "river":
-				rate, elapsed, err := drainRiver(ctx, rp, n)
+				rate, elapsed, err := drainRiver(ctx, rp, n, settleAll)
 				if err != nil {
 					return err
 				}

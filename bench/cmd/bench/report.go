@@ -182,7 +182,7 @@ func writeReport(out string, r *results) error {
 	if len(r.DrainOutbox) > 0 {
 		p("## 1. Drain throughput: pgoutbox vs River")
 		p("")
-		p("%s messages pre-enqueued, no-op publisher / no-op worker, drained to the end. %d measured rounds per system after one warm-up round each, alternating which system goes first; median reported. Before every round: a fresh table (TRUNCATE), the messages enqueued, `VACUUM ANALYZE`, `CHECKPOINT`.", kfmt(float64(r.DrainN)), r.Rounds)
+		p("%s messages pre-enqueued, no-op publisher / no-op worker, drained to the end. %d measured rounds per system after one warm-up round each, alternating which system goes first; median reported. Before every round: a fresh table (TRUNCATE), the messages enqueued, then `VACUUM ANALYZE` of both systems' tables (so no autovacuum left over from the other system's round runs during this one) and a `CHECKPOINT`. Before the first round the fresh cluster writes about 600 MB of WAL through a scratch table, so that WAL segment files are recycled as on a server that has been running.", kfmt(float64(r.DrainN)), r.Rounds)
 		p("")
 		p("- pgoutbox: %s. Messages enqueued with `dispatcher.EnqueueMany` (COPY, 5,000 per transaction). Timed from `Run` to the flush that finalized the last message (`Stats().Published`), then verified in the table.", r.OutboxConfig)
 		p("- River: %s. Timed from `client.Start` to the last `EventKindJobCompleted` (emitted once River's completer has written the completion), then verified in `river_job`.", r.RiverConfig)

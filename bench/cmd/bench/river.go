@@ -61,7 +61,7 @@ func migrateRiver(ctx context.Context, url string) error {
 // drainRiver inserts n jobs with InsertMany, then starts a client and
 // measures from Start to the n-th completion event (River's subscription
 // reports a completion once its completer has written it).
-func drainRiver(ctx context.Context, admin *pgxpool.Pool, n int) (float64, time.Duration, error) {
+func drainRiver(ctx context.Context, admin *pgxpool.Pool, n int, settleAll func() error) (float64, time.Duration, error) {
 	if _, err := admin.Exec(ctx, "TRUNCATE river_job"); err != nil {
 		return 0, 0, err
 	}
@@ -99,7 +99,7 @@ func drainRiver(ctx context.Context, admin *pgxpool.Pool, n int) (float64, time.
 			return 0, 0, err
 		}
 	}
-	if err := settle(ctx, admin, "river_job"); err != nil {
+	if err := settleAll(); err != nil {
 		return 0, 0, err
 	}
 	events, cancelSub := client.SubscribeConfig(&river.SubscribeConfig{

@@ -64,7 +64,9 @@ func measureSetup(ctx context.Context, e *env, s drainSetup, n int) (float64, er
 	if err := settle(ctx, e.outbox, "outbox"); err != nil {
 		return 0, err
 	}
+	stop := e.startProfile()
 	rate, _, err := drainOutbox(ctx, e.outboxURL, s, n, nil)
+	stop()
 	return rate, err
 }
 
@@ -80,9 +82,7 @@ func runTry(ctx context.Context, e *env, spec string, times int) error {
 			e.outbox.Close()
 			e.outbox, _ = newPool(ctx, e.outboxURL, 4)
 		}
-		stop := e.startProfile()
 		r, err := measureSetup(ctx, e, s, 100_000)
-		stop()
 		if err != nil {
 			return err
 		}
