@@ -40,7 +40,7 @@ demo:
 CHAOS_SEED ?= 1
 CHAOS_OUT  ?= $(or $(TMPDIR),/tmp)/pgoutbox-RELIABILITY-short.md
 chaos:
-	$(GO) run ./chaos -seed $(CHAOS_SEED) -duration 2m -events 50000 -relays 4 -drain-timeout 90s -out $(CHAOS_OUT) -section short
+	$(GO) run ./chaos -seed $(CHAOS_SEED) -duration 2m -events 50000 -relays 4 -drain-timeout 2m -out $(CHAOS_OUT) -section short
 
 ## chaos-long: 32 minutes of faults, 200,000 events; writes RELIABILITY.md
 chaos-long:

@@ -56,7 +56,7 @@ type options struct {
 func main() {
 	var o options
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the fault schedule, the event mix and the receiver's answers")
-	flag.DurationVar(&o.duration, "duration", 2*time.Minute, "how long faults are injected (producers write during the first 75%)")
+	flag.DurationVar(&o.duration, "duration", 2*time.Minute, "how long faults are injected (producers write until 5s before the end)")
 	flag.IntVar(&o.events, "events", 50000, "events to commit (at least)")
 	flag.IntVar(&o.relays, "relays", 4, "relay processes (pgoutbox run)")
 	flag.IntVar(&o.producers, "producers", 4, "producer goroutines (each its own transactions)")

@@ -150,7 +150,9 @@ func run(ctx context.Context, o options) (*Result, error) {
 		return nil, err
 	}
 	defer ppool.Close()
-	window := o.duration * 3 / 4
+	// Producers write until just before the faults end, so that faults keep
+	// hitting live traffic and "time to drain" measures recovery under load.
+	window := max(o.duration-5*time.Second, o.duration*3/4)
 	prod := newProducers(ppool, o.seed, o.events, window)
 	prod.txs["role-check"] = 1
 
