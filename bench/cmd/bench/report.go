@@ -135,9 +135,9 @@ func writeReport(out string, r *results) error {
 	}
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	mode := "quick (`make bench`)"
+	mode := "quick mode, `make bench`"
 	if r.Full {
-		mode = "full (`make bench-full`)"
+		mode = "full mode, `make bench-full`"
 	}
 	p("# pgoutbox benchmarks")
 	p("")

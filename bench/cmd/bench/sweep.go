@@ -70,29 +70,39 @@ func measureSetup(ctx context.Context, e *env, s drainSetup, n int) (float64, er
 	return rate, err
 }
 
-// runTry is a development helper: drain with the -try setup, several times.
-func runTry(ctx context.Context, e *env, spec string, times int) error {
-	s, err := parseSetup(spec)
-	if err != nil {
-		return err
-	}
-	var rates []float64
-	for i := 0; i < times; i++ {
-		if os.Getenv("BENCH_NEWPOOL") != "" {
-			e.outbox.Close()
-			e.outbox, _ = newPool(ctx, e.outboxURL, 4)
-		}
-		r, err := measureSetup(ctx, e, s, 100_000)
+// runTry is a development helper: drain 100,000 with each ";"-separated
+// -try setup in turn, -rounds times, and print the medians.
+func runTry(ctx context.Context, e *env, specs string, times int) error {
+	var setups []drainSetup
+	names := strings.Split(specs, ";")
+	for _, spec := range names {
+		s, err := parseSetup(spec)
 		if err != nil {
 			return err
 		}
-		rates = append(rates, r)
-		var ru syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		logf("try %s: %.0f msg/s (goroutines %d, cpu user %.2fs sys %.2fs)", spec, r, runtime.NumGoroutine(),
-			time.Duration(ru.Utime.Nano()).Seconds(), time.Duration(ru.Stime.Nano()).Seconds())
+		setups = append(setups, s)
 	}
-	logf("try %s: median %.0f msg/s  (%s)", spec, median(rates), s)
+	rates := make([][]float64, len(setups))
+	for i := 0; i < times; i++ {
+		for k, s := range setups {
+			if os.Getenv("BENCH_NEWPOOL") != "" {
+				e.outbox.Close()
+				e.outbox, _ = newPool(ctx, e.outboxURL, 4)
+			}
+			r, err := measureSetup(ctx, e, s, 100_000)
+			if err != nil {
+				return err
+			}
+			rates[k] = append(rates[k], r)
+			var ru syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+			logf("try %s: %.0f msg/s (goroutines %d, cpu user %.2fs sys %.2fs)", names[k], r, runtime.NumGoroutine(),
+				time.Duration(ru.Utime.Nano()).Seconds(), time.Duration(ru.Stime.Nano()).Seconds())
+		}
+	}
+	for k, s := range setups {
+		logf("try %s: median %.0f msg/s  (%s)", names[k], median(rates[k]), s)
+	}
 	return nil
 }
 
