@@ -207,7 +207,7 @@ func writeReport(out string, r *results) error {
 	if len(r.SweepBatch) > 0 {
 		p("### Throughput vs batch size and concurrency")
 		p("")
-		p("One drain of %s messages per point (fresh table, `VACUUM ANALYZE`, `CHECKPOINT`), otherwise the drain configuration above; with several dispatchers in one process the pool grows to 4 connections per dispatcher. Single drains on this shared machine vary by tens of percent, so read the trends, not the third digit.", kfmt(float64(r.SweepN)))
+		p("Each point is the better of two drains of %s messages (fresh table, `VACUUM ANALYZE`, `CHECKPOINT` before each), otherwise the drain configuration above (FinalizeBatch at least Batch; with several dispatchers in one process the pool grows to 4 connections per dispatcher). Single drains on this shared machine vary by tens of percent, so read the trends, not the third digit.", kfmt(float64(r.SweepN)))
 		p("")
 		p("| Batch | msg/s |  | Concurrency | msg/s |  | Dispatchers | msg/s |")
 		p("| --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -107,18 +107,32 @@ func runTry(ctx context.Context, e *env, specs string, times int) error {
 }
 
 // runSweep measures throughput against batch size, publish concurrency and
-// dispatchers per process (the charts), each point one drain of SweepN.
+// dispatchers per process (the charts). Each point is the better of two
+// drains of SweepN: interference from elsewhere on the machine only ever
+// lowers a drain's rate.
 func runSweep(ctx context.Context, e *env) error {
 	n := 50_000
 	if e.o.full {
 		n = 100_000
 	}
 	e.res.SweepN = n
+	best := func(s drainSetup) (float64, error) {
+		var b float64
+		for i := 0; i < 2; i++ {
+			r, err := measureSetup(ctx, e, s, n)
+			if err != nil {
+				return 0, err
+			}
+			b = max(b, r)
+		}
+		return b, nil
+	}
 	base := outboxSetup()
-	for _, b := range []int{50, 100, 200, 500, 1000, 2000} {
+	for _, b := range []int{50, 100, 200, 500, 1000, 2000, 5000} {
 		s := base
 		s.cfg.Batch = b
-		r, err := measureSetup(ctx, e, s, n)
+		s.cfg.FinalizeBatch = max(b, base.cfg.FinalizeBatch)
+		r, err := best(s)
 		if err != nil {
 			return err
 		}
@@ -128,7 +142,7 @@ func runSweep(ctx context.Context, e *env) error {
 	for _, c := range []int{1, 4, 16, 64, 256} {
 		s := base
 		s.cfg.Concurrency = c
-		r, err := measureSetup(ctx, e, s, n)
+		r, err := best(s)
 		if err != nil {
 			return err
 		}
@@ -139,7 +153,7 @@ func runSweep(ctx context.Context, e *env) error {
 		s := base
 		s.dispatchers = d
 		s.poolConns = max(base.poolConns, int32(4*d))
-		r, err := measureSetup(ctx, e, s, n)
+		r, err := best(s)
 		if err != nil {
 			return err
 		}
