@@ -151,7 +151,7 @@ func runCeiling(ctx context.Context, e *env) error {
 				done, elapsed.Round(time.Millisecond))
 		}
 		m := median(rates)
-		details = append(details, fmt.Sprintf("%d client(s): %.0f rows/s", clients, m))
+		details = append(details, fmt.Sprintf("%d client(s): %s rows/s", clients, kfmt(m)))
 		if m > e.res.CeilingRate {
 			e.res.CeilingRate, e.res.CeilingClients = m, clients
 		}

@@ -44,8 +44,8 @@ func outboxSetup() drainSetup {
 
 func (s drainSetup) String() string {
 	c := s.cfg
-	return fmt.Sprintf("%d dispatcher(s), Batch %d, Concurrency %d, FinalizeBatch %d, FinalizeDelay %s, pool MaxConns %d, Claim unordered, LISTEN on",
-		s.dispatchers, c.Batch, c.Concurrency, c.FinalizeBatch, c.FinalizeDelay, s.poolConns)
+	return fmt.Sprintf("%d dispatcher(s), Batch %d, Concurrency %d, FinalizeBatch %d, FinalizeDelay %s, pool MaxConns %d, Claim %s, LISTEN on",
+		s.dispatchers, c.Batch, c.Concurrency, c.FinalizeBatch, c.FinalizeDelay, s.poolConns, c.Claim)
 }
 
 var noopPublisher = dispatcher.PublisherFunc(func(context.Context, dispatcher.Message) error { return nil })
