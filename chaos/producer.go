@@ -50,14 +50,18 @@ func (p *producers) run(ctx context.Context, workers int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(p.seed, uint64(1000+w)))
 			for n := 0; ctx.Err() == nil; n++ {
-				done := p.committed.Load()
-				if done >= int64(p.target) {
-					return
-				}
 				// Pace: spread the events over the window.
-				due := start.Add(time.Duration(float64(p.window) * float64(done) / float64(p.target)))
-				if d := time.Until(due); d > 0 {
-					time.Sleep(min(d, 100*time.Millisecond))
+				for ctx.Err() == nil {
+					done := p.committed.Load()
+					if done >= int64(p.target) {
+						return
+					}
+					due := start.Add(time.Duration(float64(p.window) * float64(done) / float64(p.target)))
+					d := time.Until(due)
+					if d <= 0 {
+						break
+					}
+					time.Sleep(min(d, 50*time.Millisecond))
 				}
 				if err := p.oneTx(ctx, rng, fmt.Sprintf("w%d-%d", w, n)); err != nil {
 					p.errors.Add(1)
