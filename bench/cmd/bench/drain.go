@@ -31,9 +31,9 @@ func outboxSetup() drainSetup {
 	return drainSetup{
 		cfg: dispatcher.Config{
 			Claim:         dispatcher.ClaimUnorderedOnly,
-			Batch:         1000,
+			Batch:         2000,
 			Concurrency:   16,
-			FinalizeBatch: 2000,
+			FinalizeBatch: 4000,
 			FinalizeDelay: 2 * time.Millisecond,
 			StatsInterval: -1,
 		},
