@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -182,30 +183,88 @@ func (p *Producer) validate(ev Event) error {
 	if !json.Valid(ev.Payload) {
 		return fmt.Errorf("%w: Payload is not valid JSON", ErrInvalidEvent)
 	}
-	// jsonb cannot store the NUL character; rejecting it here keeps the
-	// caller's transaction alive (a failed INSERT would abort it).
-	if bytes.Contains(ev.Payload, []byte(`\u0000`)) && containsNUL(ev.Payload) {
-		return fmt.Errorf("%w: Payload contains \\u0000, which PostgreSQL jsonb cannot store", ErrInvalidEvent)
+	// What jsonb refuses must be refused here: a failed INSERT would abort
+	// the caller's business transaction.
+	if !utf8.Valid(ev.Payload) {
+		return fmt.Errorf("%w: Payload is not valid UTF-8", ErrInvalidEvent)
+	}
+	if bytes.Contains(ev.Payload, []byte(`\u`)) {
+		if err := checkJSONEscapes(ev.Payload); err != nil {
+			return fmt.Errorf("%w: Payload %v, which PostgreSQL jsonb cannot store", ErrInvalidEvent, err)
+		}
 	}
 	for k, v := range ev.Headers {
-		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return fmt.Errorf("%w: header %q: names must be non-empty and names and values valid UTF-8", ErrInvalidEvent, k)
+		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) ||
+			strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%w: header %q: names must be non-empty, and names and values valid UTF-8 without NUL", ErrInvalidEvent, k)
 		}
 	}
 	return nil
 }
 
-// containsNUL reports whether any decoded JSON string (key or value) holds
-// U+0000. Only called when the raw text mentions \u0000.
-func containsNUL(raw []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
+// checkJSONEscapes walks the \u escapes inside the strings of a valid JSON
+// text and reports the ones jsonb refuses: \u0000, and a UTF-16 surrogate
+// that is not part of a high-low pair.
+func checkJSONEscapes(raw []byte) error {
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if !inString {
+			if c == '"' {
+				inString = true
+			}
+			continue
 		}
-		if s, ok := tok.(string); ok && strings.IndexByte(s, 0) >= 0 {
-			return true
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 >= len(raw) {
+				return nil
+			}
+			if raw[i+1] != 'u' {
+				i++ // an escaped character, e.g. \\ or \"
+				continue
+			}
+			r, ok := hex4(raw, i+2)
+			if !ok {
+				return nil // json.Valid already vouched for the text
+			}
+			switch {
+			case r == 0:
+				return errors.New("contains \\u0000")
+			case r >= 0xD800 && r <= 0xDBFF:
+				lo, ok := hex4(raw, i+8)
+				if i+7 >= len(raw) || raw[i+6] != '\\' || raw[i+7] != 'u' || !ok || lo < 0xDC00 || lo > 0xDFFF {
+					return fmt.Errorf("contains an unpaired surrogate \\u%04x", r)
+				}
+				i += 11
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return fmt.Errorf("contains an unpaired surrogate \\u%04x", r)
+			default:
+				i += 5
+			}
 		}
 	}
+	return nil
+}
+
+func hex4(raw []byte, at int) (rune, bool) {
+	if at+4 > len(raw) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range raw[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }

@@ -22,6 +22,10 @@ func TestEnqueue_RejectsInvalidEventsAndKeepsTheTransactionUsable(t *testing.T) 
 		{"payload not JSON", func(e *dispatcher.Event) { e.Payload = []byte(`{"a":`) }, "not valid JSON"},
 		{"payload empty", func(e *dispatcher.Event) { e.Payload = nil }, "Payload is empty"},
 		{"payload with NUL", func(e *dispatcher.Event) { e.Payload = []byte(`{"a":"x\u0000y"}`) }, `\u0000`},
+		{"payload with invalid UTF-8", func(e *dispatcher.Event) { e.Payload = []byte("{\"a\":\"\xff\"}") }, "UTF-8"},
+		{"payload with a lone high surrogate", func(e *dispatcher.Event) { e.Payload = []byte(`["\ud800"]`) }, "surrogate"},
+		{"payload with a lone low surrogate", func(e *dispatcher.Event) { e.Payload = []byte(`{"\udc00":1}`) }, "surrogate"},
+		{"header with NUL", func(e *dispatcher.Event) { e.Headers = map[string]string{"k": "a\x00b"} }, "NUL"},
 		{"payload too large", func(e *dispatcher.Event) { e.Payload = []byte(`"` + strings.Repeat("x", 1<<20) + `"`) }, "limit is"},
 		{"empty aggregate id", func(e *dispatcher.Event) { e.AggregateID = "" }, "AggregateID is empty"},
 		{"empty aggregate type", func(e *dispatcher.Event) { e.AggregateType = "" }, "AggregateType is empty"},
@@ -50,11 +54,20 @@ func TestEnqueue_RejectsInvalidEventsAndKeepsTheTransactionUsable(t *testing.T) 
 	if _, err := dispatcher.Enqueue(ctx, tx, valid); err != nil {
 		t.Fatalf("valid enqueue after rejections: %v", err)
 	}
+	// Escapes jsonb does store are accepted: a surrogate pair, an escaped
+	// backslash before u0000 (a literal text, not a NUL).
+	for _, p := range []string{`{"emoji":"\ud83d\ude00"}`, `{"text":"\\u0000"}`} {
+		ev := valid
+		ev.Payload = []byte(p)
+		if _, err := dispatcher.Enqueue(ctx, tx, ev); err != nil {
+			t.Fatalf("payload %s: %v", p, err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.count(t, "true"); n != 1 {
-		t.Fatalf("rows = %d, want exactly the 1 valid event", n)
+	if n := b.count(t, "true"); n != 3 {
+		t.Fatalf("rows = %d, want exactly the 3 valid events", n)
 	}
 }
 
