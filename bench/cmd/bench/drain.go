@@ -197,14 +197,36 @@ func runDrain(ctx context.Context, e *env) error {
 		}
 		return settle(ctx, e.outbox, "outbox")
 	}
-	// One warm-up round each (not counted): page cache, plan caches.
+	ceil, cleanup, err := newCeilingRunner(e)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	e.res.CeilingBatch = ceil.batch
+	e.res.CeilingClients = ceilingClients
+	e.res.CeilingRoundRows = 200_000
+	// One warm-up round each (not counted): page cache, plan caches. The
+	// order of the three systems rotates from round to round.
+	systems := []string{"river", "outbox", "ceiling"}
 	for round := -1; round < e.o.rounds; round++ {
-		first := []string{"outbox", "river"}
-		if round%2 != 0 {
-			first = []string{"river", "outbox"}
-		}
-		for _, sys := range first {
+		k := (round + 1) % len(systems)
+		order := append(append([]string(nil), systems[k:]...), systems[:k]...)
+		for _, sys := range order {
 			switch sys {
+			case "ceiling":
+				if err := ceil.prepare(ctx, e, e.res.CeilingRoundRows); err != nil {
+					return err
+				}
+				if err := settleAll(); err != nil {
+					return err
+				}
+				rate, err := ceil.run(ctx, e, ceilingClients, e.res.CeilingRoundRows)
+				if err != nil {
+					return err
+				}
+				if round >= 0 {
+					e.res.CeilingRounds = append(e.res.CeilingRounds, rate)
+				}
 			case "outbox":
 				if err := resetOutbox(ctx, e.outbox); err != nil {
 					return err
@@ -250,8 +272,10 @@ func runDrain(ctx context.Context, e *env) error {
 		}
 	}
 	e.res.DrainVerified = fmt.Sprintf("after every pgoutbox round: count(status = 'done') = %d; after every River round: %d completion events", n, n)
-	logf("median pgoutbox %.0f msg/s, River %.0f jobs/s, ratio %.2f", median(e.res.DrainOutbox), median(e.res.DrainRiver),
-		median(e.res.DrainOutbox)/median(e.res.DrainRiver))
+	e.res.CeilingRate = median(e.res.CeilingRounds)
+	logf("median pgoutbox %.0f msg/s, River %.0f jobs/s, ratio %.2f; SQL ceiling %.0f rows/s, pgoutbox at %.0f%% of it",
+		median(e.res.DrainOutbox), median(e.res.DrainRiver), median(e.res.DrainOutbox)/median(e.res.DrainRiver),
+		e.res.CeilingRate, 100*median(e.res.DrainOutbox)/e.res.CeilingRate)
 	return nil
 }
 

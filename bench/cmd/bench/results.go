@@ -64,11 +64,13 @@ type results struct {
 	OrderedConfig     string
 
 	// Item 5.
-	CeilingRows    int
-	CeilingRate    float64
-	CeilingClients int
-	CeilingBatch   int
-	CeilingDetail  string
+	CeilingRows      int
+	CeilingRate      float64
+	CeilingClients   int
+	CeilingBatch     int
+	CeilingDetail    string
+	CeilingRounds    []float64 // interleaved with the drain rounds, CeilingClients clients
+	CeilingRoundRows int
 
 	// Item 6.
 	RSSN        int
