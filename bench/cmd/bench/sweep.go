@@ -139,7 +139,7 @@ func runSweep(ctx context.Context, e *env) error {
 		logf("sweep Batch=%d: %.0f msg/s", b, r)
 		e.res.SweepBatch = append(e.res.SweepBatch, point{float64(b), r})
 	}
-	for _, c := range []int{1, 4, 16, 64, 256} {
+	for _, c := range []int{1, 4, 16, 64} {
 		s := base
 		s.cfg.Concurrency = c
 		r, err := best(s)
