@@ -101,7 +101,7 @@ func (r *results) goalNotes() []string {
 				continue // one note covers p50 and p99
 			}
 			s := r.LatencyAt1000
-			note := fmt.Sprintf("**1,000 msg/s with one event per transaction is not reachable on this machine with the schema as shipped**: the producers themselves committed only %s msg/s, because the `outbox_notify` trigger's NOTIFY makes PostgreSQL serialize their commits (each holds a cluster-wide lock through its WAL flush; see section 2 and the tuning log). The dispatcher's latency on what was produced: p50 %s, p99 %s.",
+			note := fmt.Sprintf("**1,000 msg/s with one event per transaction was not reached, by the producers**: they committed only %s msg/s (the step requires 95%%), because the `outbox_notify` trigger's NOTIFY makes PostgreSQL serialize their commits (each holds a cluster-wide lock through its WAL flush, so about one notifying commit per fsync; see section 2 and the tuning log). The dispatcher's latency on what was produced: p50 %s, p99 %s.",
 				kfmt(s.Achieved), ms(s.P50), ms(s.P99))
 			if pc := r.SustainedPostCommit; pc != nil {
 				note += fmt.Sprintf(" With the NOTIFY sent after COMMIT instead (2b, an experiment that needs a schema and producer-API change) the producers reached %s msg/s, p50 %s, p99 %s.",
@@ -238,7 +238,7 @@ func writeReport(out string, r *results) error {
 	if len(r.Sustained) > 0 {
 		p("## 2. Sustained mode: end-to-end latency")
 		p("")
-		p("%d producer goroutines each loop: one business transaction = one `bench_orders` row plus its outbox event(s) (`dispatcher.Enqueue`, or `EnqueueMany` for several events), paced to a fixed offered rate. One dispatcher (the drain configuration, LISTEN/NOTIFY wake-up, default 1 s poll fallback) publishes. Latency: from the producer's `COMMIT` returning to `Publish` being called for that message, on one monotonic clock (a publish that beats the producer's view of its own commit counts as 0). A step is *kept up* when the producers achieved ≥ 95%% of the offered rate, every committed message was delivered, and p99 < 1 s. Each step lasts %s (2a and 2b: %s); producers stop at the end of the step even when behind schedule.", sustainedProducers, r.Sustained[len(r.Sustained)-1].Duration, r.Sustained[0].Duration)
+		p("%d producer goroutines each loop: one business transaction = one `bench_orders` row plus its outbox event(s) (`dispatcher.Enqueue`, or `EnqueueMany` for several events), paced to a fixed offered rate. One dispatcher (the drain configuration, LISTEN/NOTIFY wake-up, default 1 s poll fallback) publishes. Latency: from the producer's `COMMIT` returning to `Publish` being called for that message, on one monotonic clock (a publish that beats the producer's view of its own commit counts as 0). A step is *kept up* when the producers achieved ≥ 95%% of the offered rate, every committed message was delivered, and p99 ≤ 100 ms (beyond that the queue grows during the step and drains only after it). Each step lasts %s (2a and 2b: %s); producers stop at the end of the step even when behind schedule.", sustainedProducers, r.Sustained[len(r.Sustained)-1].Duration, r.Sustained[0].Duration)
 		p("")
 		p("- **2a** — 1,000 msg/s, one event per transaction, the schema as shipped (the `outbox_notify` statement trigger sends NOTIFY inside each producer transaction).")
 		p("- **2b** — experiment: the same, with the trigger disabled and each producer sending `pg_notify` in its own statement right after COMMIT.")
@@ -260,7 +260,7 @@ func writeReport(out string, r *results) error {
 		p("")
 		p("Highest sustained rate: **%s msg/s** (the highest 2c step kept up; the ladder stops at the first step that is not).", kfmt(r.MaxSustained))
 		p("")
-		p("Why 2a cannot reach 1,000 msg/s here: PostgreSQL serializes the commits of transactions that sent NOTIFY (a cluster-wide lock held through the commit's WAL flush), so notifying transactions never share a flush. On this machine that caps one-event producer transactions at roughly one per fsync, far below the ~3,000 durable transactions/s the server manages without NOTIFY (measurements in the tuning log). 2b shows the cap lifts when the wake-up is sent after COMMIT; 2c shows the dispatcher's latency at 1,000 msg/s and above when the producers batch.")
+		p("Why 2a's producers fall short of 1,000 msg/s: PostgreSQL serializes the commits of transactions that sent NOTIFY (a cluster-wide lock held through the commit's WAL flush), so notifying transactions never share a flush. On this machine that caps one-event producer transactions at roughly one per fsync, far below the ~3,000 durable transactions/s the server manages without NOTIFY (measurements in the tuning log). 2b shows the cap lifts when the wake-up is sent after COMMIT; 2c shows the dispatcher's latency at 1,000 msg/s and above when the producers batch.")
 		p("")
 		if charts["latency"] != "" {
 			p("![latency distribution at 1,000 msg/s](%s)", charts["latency"])

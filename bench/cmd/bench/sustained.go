@@ -22,6 +22,9 @@ import (
 
 const sustainedProducers = 8
 
+// sustainedP99Limit is the p99 a step may reach and still count as kept up.
+const sustainedP99Limit = 100 * time.Millisecond
+
 // latencyRecorder keeps, per message sequence number, the commit and publish
 // times in nanoseconds since base.
 type latencyRecorder struct {
@@ -190,8 +193,9 @@ func runStep(ctx context.Context, e *env, rate float64, d time.Duration, perTx i
 	}
 	st.Samples = lat
 	// Kept up: the producers achieved the offered rate (within 5%), every
-	// message was delivered, and p99 stayed under one second.
-	st.Kept = st.Achieved >= 0.95*rate && st.Backlog == 0 && st.P99 < time.Second
+	// message was delivered, and p99 stayed within 100 ms (beyond that the
+	// queue was growing during the step and drained only after it).
+	st.Kept = st.Achieved >= 0.95*rate && st.Backlog == 0 && st.P99 <= sustainedP99Limit
 	return st, nil
 }
 
