@@ -101,7 +101,7 @@ func (r *results) goalNotes() []string {
 				continue // one note covers p50 and p99
 			}
 			s := r.LatencyAt1000
-			note := fmt.Sprintf("**1,000 msg/s with one event per transaction was not reached, by the producers**: they committed only %s msg/s (the step requires 95%%), because the `outbox_notify` trigger's NOTIFY makes PostgreSQL serialize their commits (each holds a cluster-wide lock through its WAL flush, so about one notifying commit per fsync; see section 2 and the tuning log). The dispatcher's latency on what was produced: p50 %s, p99 %s.",
+			note := fmt.Sprintf("**1,000 msg/s with one event per transaction was not reached, by the producers**: they committed only %s msg/s (the step requires 95%%), because the `outbox_notify` trigger's NOTIFY makes PostgreSQL serialize their commits (each holds a cluster-wide lock through its WAL flush, so notifying commits never share a flush; see section 2 and the tuning log). The dispatcher's latency on what was produced: p50 %s, p99 %s.",
 				kfmt(s.Achieved), ms(s.P50), ms(s.P99))
 			if pc := r.SustainedPostCommit; pc != nil {
 				note += fmt.Sprintf(" With the NOTIFY sent after COMMIT instead (2b, an experiment that needs a schema and producer-API change) the producers reached %s msg/s, p50 %s, p99 %s.",
@@ -260,7 +260,7 @@ func writeReport(out string, r *results) error {
 		p("")
 		p("Highest sustained rate: **%s msg/s** (the highest 2c step kept up; the ladder stops at the first step that is not).", kfmt(r.MaxSustained))
 		p("")
-		p("Why 2a's producers fall short of 1,000 msg/s: PostgreSQL serializes the commits of transactions that sent NOTIFY (a cluster-wide lock held through the commit's WAL flush), so notifying transactions never share a flush. On this machine that caps one-event producer transactions at roughly one per fsync, far below the ~3,000 durable transactions/s the server manages without NOTIFY (measurements in the tuning log). 2b shows the cap lifts when the wake-up is sent after COMMIT; 2c shows the dispatcher's latency at 1,000 msg/s and above when the producers batch.")
+		p("Why 2a's producers fall short of 1,000 msg/s: PostgreSQL serializes the commits of transactions that sent NOTIFY (a cluster-wide lock held through the commit's WAL flush), so notifying transactions never share a flush. On this machine that halves the rate of one-event producer transactions even with nothing else running (pgbench: 2,462 against 5,157 tx/s without the trigger; tuning log), and with the dispatcher's own commits sharing the WAL the producers here fall short of 1,000/s. 2b shows the cap lifts when the wake-up is sent after COMMIT; 2c shows the dispatcher's latency at 1,000 msg/s and above when the producers batch.")
 		p("")
 		if charts["latency"] != "" {
 			p("![latency distribution at 1,000 msg/s](%s)", charts["latency"])
