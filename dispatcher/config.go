@@ -18,6 +18,7 @@ const (
 	ConcurrencyDefault        = 16
 	PublishTimeoutDefault     = 10 * time.Second
 	PollIntervalDefault       = time.Second
+	WakeWindowDefault         = 100 * time.Millisecond
 	BackoffBaseDefault        = time.Second
 	BackoffCapDefault         = 300 * time.Second
 	MaxDeferAgeDefault        = 7 * 24 * time.Hour
@@ -121,6 +122,16 @@ type Config struct {
 	// fallback. Defaults to PollIntervalDefault (1s).
 	PollInterval time.Duration
 
+	// WakeWindow is how long a dispatcher keeps claiming after each NOTIFY
+	// it receives (and after LISTEN connects), at doubling intervals of 1, 2,
+	// 4, … ms with a last claim when the window ends, before it falls back to
+	// PollInterval. The insert trigger (migration 00003) skips the NOTIFY of
+	// a transaction that commits within 10 ms of its session's previous
+	// notification, or while another transaction is notifying; such commits
+	// land inside this window. It must be at least 20ms.
+	// Defaults to WakeWindowDefault (100ms).
+	WakeWindow time.Duration
+
 	// DisableListen turns the LISTEN/NOTIFY wake-up off (for example behind
 	// PgBouncer in transaction mode, where LISTEN does not work).
 	// Defaults to false.
@@ -191,6 +202,7 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.WakeWindow = cmp.Or(c.WakeWindow, WakeWindowDefault)
 	c.Channel = cmp.Or(c.Channel, ChannelDefault)
 	c.BackoffBase = cmp.Or(c.BackoffBase, BackoffBaseDefault)
 	c.BackoffCap = cmp.Or(c.BackoffCap, BackoffCapDefault)
@@ -236,6 +248,8 @@ func (c Config) validate() error {
 		return bad("HeartbeatInterval (%s) must be at most half of Lease (%s)", c.HeartbeatInterval, c.Lease)
 	case c.PollInterval < 0:
 		return bad("PollInterval must be positive, got %s", c.PollInterval)
+	case c.WakeWindow < 20*time.Millisecond:
+		return bad("WakeWindow must be at least 20ms (the insert trigger throttles NOTIFY to one per 10ms per session), got %s", c.WakeWindow)
 	case c.BackoffBase < 0 || c.BackoffCap < c.BackoffBase:
 		return bad("BackoffBase (%s) must be positive and at most BackoffCap (%s)", c.BackoffBase, c.BackoffCap)
 	case c.MaxDeferAge < 0:

@@ -34,6 +34,7 @@ func TestNew_ValidatesConfigNamingTheField(t *testing.T) {
 		{dispatcher.Config{HeartbeatInterval: -time.Second}, "HeartbeatInterval"},
 		{dispatcher.Config{BackoffBase: 10 * time.Second, BackoffCap: time.Second}, "BackoffBase"},
 		{dispatcher.Config{PollInterval: -time.Second}, "PollInterval"},
+		{dispatcher.Config{WakeWindow: 5 * time.Millisecond}, "WakeWindow"},
 		{dispatcher.Config{Channel: "outbox; DROP TABLE outbox"}, "Channel"},
 		{dispatcher.Config{UnclassifiedErrors: 9}, "UnclassifiedErrors"},
 		{dispatcher.Config{Claim: 7}, "Claim"},

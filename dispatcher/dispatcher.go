@@ -30,6 +30,8 @@ type Dispatcher struct {
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
 	freed       chan struct{} // signals the claimer that slots were freed
 	wake        chan struct{} // NOTIFY wake-ups, coalesced
+	epoch       time.Time     // monotonic base of hotUntil
+	hotUntil    atomic.Int64  // end of the wake window, as time since epoch
 	stopping    atomic.Bool   // Run's context ended: start nothing new
 
 	running atomic.Bool
@@ -62,6 +64,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency),
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
+		epoch:       time.Now(),
 	}
 	return d, nil
 }
@@ -174,7 +177,9 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job) {
 		dbFailures    int
 		orderedCursor string
 		orderedFirst  bool
-		recovering    bool // expired leases were seen at the last reap
+		recovering    bool          // expired leases were seen at the last reap
+		hotSeen       int64         // the wake window hotStep belongs to
+		hotStep       time.Duration // next idle wait inside the wake window
 	)
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
@@ -252,14 +257,27 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job) {
 		if claimed > 0 {
 			continue
 		}
-		// Idle: wait for a NOTIFY, the poll interval, or shutdown.
+		// Idle: wait for a NOTIFY, the poll interval, or shutdown. Inside a
+		// wake window the wait is short and doubles (1, 2, 4, … ms), so a
+		// commit whose NOTIFY the trigger throttled is claimed soon.
+		wait := d.cfg.PollInterval
+		if hot := d.hotUntil.Load(); hot > 0 {
+			if rest := time.Duration(hot) - time.Since(d.epoch); rest > 0 {
+				if hot != hotSeen {
+					hotSeen, hotStep = hot, time.Millisecond
+				}
+				wait = min(wait, hotStep, rest)
+				hotStep *= 2
+				d.metrics.hotPolls.Add(1)
+			}
+		}
 		if !poll.Stop() {
 			select {
 			case <-poll.C:
 			default:
 			}
 		}
-		poll.Reset(d.cfg.PollInterval)
+		poll.Reset(wait)
 		select {
 		case <-d.wake:
 		case <-poll.C:
@@ -406,6 +424,13 @@ func (d *Dispatcher) release(n int) {
 	case d.freed <- struct{}{}:
 	default:
 	}
+}
+
+// notified records a NOTIFY (or a LISTEN (re)connect): the claimer claims
+// now and keeps claiming through the wake window.
+func (d *Dispatcher) notified() {
+	d.hotUntil.Store(int64(time.Since(d.epoch) + d.cfg.WakeWindow))
+	d.wakeUp()
 }
 
 // wakeUp asks the claimer to claim now (NOTIFY, redrive).

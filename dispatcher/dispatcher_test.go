@@ -286,6 +286,50 @@ func TestNotify_WakesAnIdleDispatcher(t *testing.T) {
 	t.Logf("enqueue commit to publish: %s", time.Since(start))
 }
 
+// A commit that skipped its NOTIFY (the trigger's gate was held by another
+// committing transaction, whose notification it relies on) becomes visible
+// after the dispatcher has already claimed for that notification. It is
+// still published promptly: after each notification the dispatcher keeps
+// claiming through its wake window. The poll interval is an hour, so
+// nothing else could find it.
+func TestNotify_SkippedNotifyIsClaimedInsideTheWakeWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(nil)
+	d, _ := b.start(t, rec, fast(dispatcher.Config{PollInterval: time.Hour}))
+	ctx := context.Background()
+	time.Sleep(300 * time.Millisecond) // let it claim nothing and go idle
+
+	// The concurrent notifier: holds the gate while "committing" ...
+	gate, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Rollback(ctx) //nolint:errcheck
+	if _, err := gate.Exec(ctx, "SELECT pg_advisory_xact_lock('outbox'::regclass::oid::integer, 1869968482)"); err != nil {
+		t.Fatal(err)
+	}
+	// ... and its notification reaches the dispatcher, which claims (nothing
+	// yet) ...
+	before := d.Stats().Notifications
+	if _, err := b.pool.Exec(ctx, "SELECT pg_notify('outbox', '')"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "notification received", func() bool { return d.Stats().Notifications > before })
+	// ... then this commit lands, skipping its own NOTIFY at the held gate.
+	id := b.enqueue(t, 1, "w", false)[0]
+	start := time.Now()
+	waitFor(t, 10*time.Second, "publish of the commit that skipped its NOTIFY", func() bool { return rec.count(id) == 1 })
+	t.Logf("commit to publish: %s", time.Since(start))
+	time.Sleep(200 * time.Millisecond)
+	if got := d.Stats().Notifications - before; got != 1 {
+		t.Fatalf("%d notifications, want only the stand-in's (the commit must have skipped its own)", got)
+	}
+	if d.Stats().WakePolls == 0 {
+		t.Fatal("no claims inside a wake window were counted")
+	}
+}
+
 // Shutdown hands back claimed-but-unstarted messages at once (fenced, attempt
 // refunded) instead of leaving them to lease expiry, and lets the publish in
 // flight finish.

@@ -83,7 +83,6 @@ func (f *finalizer) flush(ctx context.Context, batch []*job) {
 	for i, j := range batch {
 		ids[i], versions[i] = j.id, j.leaseVersion
 	}
-	start := time.Now()
 	done, err := retryDBValue(ctx, d, "mark done", func() ([]int64, error) {
 		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions})
 	})
@@ -103,7 +102,7 @@ func (f *finalizer) flush(ctx context.Context, batch []*job) {
 			break
 		}
 	}
-	d.metrics.finalizeFlush(ctx, len(batch), time.Since(start))
+	d.metrics.finalizeFlush(ctx, len(batch))
 	d.metrics.add(outPublished, int64(len(done)))
 	if len(done) == len(batch) {
 		return

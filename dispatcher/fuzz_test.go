@@ -183,7 +183,7 @@ func FuzzConfigValidate(f *testing.F) {
 	f.Add(int64(10*time.Millisecond), int64(time.Millisecond), int64(5*time.Millisecond), int64(0), int64(0), int64(0), int64(0), int64(0), 1, 1, 1, 1, 0, 0, "_1")
 
 	pub := dispatcher.PublisherFunc(func(context.Context, dispatcher.Message) error { return nil })
-	fields := []string{"Batch", "Lease", "MaxAttempts", "Concurrency", "PublishTimeout", "HeartbeatInterval", "PollInterval",
+	fields := []string{"Batch", "Lease", "MaxAttempts", "Concurrency", "PublishTimeout", "HeartbeatInterval", "PollInterval", "WakeWindow",
 		"BackoffBase", "BackoffCap", "MaxDeferAge", "FinalizeBatch", "FinalizeDelay", "ShutdownTimeout", "ReapInterval",
 		"UnclassifiedErrors", "Claim", "Channel"}
 	f.Fuzz(func(t *testing.T, lease, publishTimeout, heartbeat, poll, backoffBase, backoffCap, shutdown, reap int64,

@@ -9,10 +9,11 @@ import (
 )
 
 // listen holds one dedicated connection (outside the pool) in LISTEN on the
-// outbox channel and turns every notification into a wake-up of the claimer.
-// A notification is a hint only: polling remains the fallback, and after every
-// (re)connect the claimer is woken once to pick up what was inserted while
-// nobody listened. It reconnects with backoff until ctx ends.
+// outbox channel and turns every notification into a wake-up of the claimer
+// followed by a wake window (Config.WakeWindow) of short idle waits, which
+// covers the commits whose NOTIFY the trigger throttled. A notification is a
+// hint only: polling remains the fallback, and after every (re)connect the
+// claimer is woken to pick up what was inserted while nobody listened. It reconnects with backoff until ctx ends.
 func (d *Dispatcher) listen(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
@@ -49,12 +50,12 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		return err
 	}
 	d.log.Debug("listening", slog.String("channel", d.cfg.Channel))
-	d.wakeUp()
+	d.notified()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return err
 		}
 		d.metrics.notifications.Add(1)
-		d.wakeUp()
+		d.notified()
 	}
 }

@@ -30,6 +30,7 @@ type Stats struct {
 	Reaped        int64 // messages this dispatcher's reap sent to dead
 	Heartbeats    int64 // lease extensions
 	Notifications int64 // NOTIFY wake-ups received
+	WakePolls     int64 // short idle waits inside a wake window (Config.WakeWindow)
 	DBErrors      int64 // transient database errors retried
 	Flushes       int64 // batched finalize statements
 
@@ -66,9 +67,9 @@ var outcomeNames = [numOutcomes]string{"published", "retried", "deferred", "dead
 	"released", "near_expiry", "panic", "unclassified", "reaped"}
 
 type metrics struct {
-	outcomes                                                          [numOutcomes]atomic.Int64
-	outcomeAttrs                                                      [numOutcomes]metric.AddOption
-	claimedN, recovered, heartbeats, notifications, dbErrors, flushes atomic.Int64
+	outcomes                                                                    [numOutcomes]atomic.Int64
+	outcomeAttrs                                                                [numOutcomes]metric.AddOption
+	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes atomic.Int64
 
 	mu    sync.Mutex
 	queue QueueStats
@@ -182,7 +183,7 @@ func (m *metrics) delivered(ctx context.Context, sinceCreated time.Duration) {
 	m.e2eHist.Record(ctx, sinceCreated.Seconds())
 }
 
-func (m *metrics) finalizeFlush(ctx context.Context, n int, _ time.Duration) {
+func (m *metrics) finalizeFlush(ctx context.Context, n int) {
 	m.flushes.Add(1)
 	m.flushHist.Record(ctx, int64(n))
 }
@@ -195,7 +196,7 @@ func (d *Dispatcher) Stats() Stats {
 		Deferred: m.outcomes[outDeferred].Load(), Dead: m.outcomes[outDead].Load(), LeaseLost: m.outcomes[outLeaseLost].Load(),
 		Released: m.outcomes[outReleased].Load(), NearExpiry: m.outcomes[outNearExpiry].Load(), Panics: m.outcomes[outPanic].Load(),
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
-		Notifications: m.notifications.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
+		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
 		Queue: m.queueStats(),
 	}
 }

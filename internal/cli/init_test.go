@@ -20,7 +20,8 @@ func TestRename_WholeIdentifiersOnly(t *testing.T) {
 	in := `-- OutboxClaim reads outbox through outbox_pending; the outbox prose stays.
 -- name: OutboxClaim :many
 SELECT o.id, outboxes, my_outbox, outbox_x, OUTBOX.id, "outbox", 'outbox', 'outbox is a word', 'outbox_pending',
-       Outboxy, OutboxClaimer, outbox2, x_outbox_y, @outbox_id::bigint
+       Outboxy, OutboxClaimer, outbox2, x_outbox_y, @outbox_id::bigint,
+       'outbox.notified_at', 'public.outbox', 'outbox.x y', 'myoutbox.wake'
   FROM outbox AS o /* outbox_leased OutboxReap /* nested outbox_dead */ */
  WHERE $1 = 1 AND 1e5 > 0;
 CREATE FUNCTION outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $body$
@@ -29,7 +30,8 @@ $body$;`
 	want := `-- BillingOutboxClaim reads outbox through billing_outbox_pending; the outbox prose stays.
 -- name: BillingOutboxClaim :many
 SELECT o.id, outboxes, my_outbox, billing_outbox_x, billing_outbox.id, "billing_outbox", 'billing_outbox', 'outbox is a word', 'billing_outbox_pending',
-       Outboxy, BillingOutboxClaimer, outbox2, x_outbox_y, @billing_outbox_id::bigint
+       Outboxy, BillingOutboxClaimer, outbox2, x_outbox_y, @billing_outbox_id::bigint,
+       'billing_outbox.notified_at', 'public.billing_outbox', 'outbox.x y', 'myoutbox.wake'
   FROM billing_outbox AS o /* billing_outbox_leased BillingOutboxReap /* nested billing_outbox_dead */ */
  WHERE $1 = 1 AND 1e5 > 0;
 CREATE FUNCTION billing_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $body$
@@ -163,8 +165,8 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(written) != 8 {
-		t.Errorf("wrote %d files, want 8 (2 migrations, 6 query files)", len(written))
+	if len(written) != 9 {
+		t.Errorf("wrote %d files, want 9 (3 migrations, 6 query files)", len(written))
 	}
 	names := 0
 	for p, text := range written {
@@ -337,6 +339,42 @@ func run() error {
 	}
 	if n, err := listen.WaitForNotification(ctx); err != nil || n.Channel != "billing_outbox" {
 		return fmt.Errorf("no notification from BillingOutboxNotify: %v", err)
+	}
+	// One transaction inserting into both tables wakes both channels: the
+	// triggers' once-per-transaction flags and throttles are per table.
+	if _, err := listen.Exec(ctx, "LISTEN outbox"); err != nil {
+		return err
+	}
+	both, err := pgx.Connect(ctx, os.Args[1])
+	if err != nil {
+		return err
+	}
+	defer both.Close(ctx)
+	tx, err := both.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'o-1', 'E', '{}')"); err != nil {
+		return fmt.Errorf("insert into outbox: %w", err)
+	}
+	if _, err := billingoutbox.New(tx).BillingOutboxEnqueue(ctx, billingoutbox.BillingOutboxEnqueueParams{
+		AggregateType: "invoice", AggregateID: "i-2", EventType: "InvoicePaid",
+		Payload: []byte("{}"), Headers: []byte("{}"),
+	}); err != nil {
+		return fmt.Errorf("enqueue in the shared transaction: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	channels := map[string]bool{}
+	for len(channels) < 2 {
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := listen.WaitForNotification(wctx)
+		wcancel()
+		if err != nil {
+			return fmt.Errorf("one transaction into outbox and billing_outbox notified only %v: %v", channels, err)
+		}
+		channels[n.Channel] = true
 	}
 	return nil
 }

@@ -81,6 +81,7 @@ var counters = []counter{
 	{"pgoutbox_publisher_panics_total", "Publisher panics (treated as crashes).", func(s *dispatcher.Stats) int64 { return s.Panics }},
 	{"pgoutbox_lease_extensions_total", "Lease extensions by the heartbeat.", func(s *dispatcher.Stats) int64 { return s.Heartbeats }},
 	{"pgoutbox_notifications_total", "NOTIFY wake-ups received.", func(s *dispatcher.Stats) int64 { return s.Notifications }},
+	{"pgoutbox_wake_window_polls_total", "Short idle waits inside a wake window after a NOTIFY.", func(s *dispatcher.Stats) int64 { return s.WakePolls }},
 	{"pgoutbox_database_errors_total", "Transient database errors retried.", func(s *dispatcher.Stats) int64 { return s.DBErrors }},
 	{"pgoutbox_finalize_flushes_total", "Batched finalize statements.", func(s *dispatcher.Stats) int64 { return s.Flushes }},
 }

@@ -52,7 +52,26 @@ func isQueryName(w string) bool {
 var (
 	dollarTag  = regexp.MustCompile(`^\$([A-Za-z_][A-Za-z0-9_]*)?\$`)
 	plainIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// dottedName is a string literal holding a qualified name such as
+	// 'public.outbox' or a setting name such as 'outbox.notified_at'.
+	dottedName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$`)
 )
+
+// nameParts applies fn to a string literal's content when it is a name
+// (plain or dotted, each part on its own) and returns it unchanged otherwise.
+func nameParts(s string, fn func(string) string) string {
+	if plainIdent.MatchString(s) {
+		return fn(s)
+	}
+	if !dottedName.MatchString(s) {
+		return s
+	}
+	parts := strings.Split(s, ".")
+	for i, p := range parts {
+		parts[i] = fn(p)
+	}
+	return strings.Join(parts, ".")
+}
 
 func isIdentStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 func isIdentChar(c byte) bool  { return isIdentStart(c) || c >= '0' && c <= '9' || c == '$' }
@@ -202,13 +221,8 @@ func (r tableRename) renameSQL(src string) (string, []string) {
 	out := walkSQL(src, sqlVisitor{
 		code:    code,
 		comment: r.commentIdent,
-		str: func(s string) string {
-			if plainIdent.MatchString(s) {
-				return code(s)
-			}
-			return s
-		},
-		quoted: code,
+		str:     func(s string) string { return nameParts(s, code) },
+		quoted:  code,
 	})
 	return out, produced
 }
@@ -234,9 +248,7 @@ func leftovers(src, table, camel string) []string {
 		code:    func(w string) string { return check(w, false) },
 		comment: func(w string) string { return check(w, true) },
 		str: func(s string) string {
-			if plainIdent.MatchString(s) {
-				check(s, false)
-			}
+			nameParts(s, func(w string) string { return check(w, false) })
 			return s
 		},
 		quoted: func(s string) string { return check(s, false) },

@@ -148,6 +148,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	publishTimeout := f.duration("publish-timeout", dispatcher.PublishTimeoutDefault, "bound on one publish; must be shorter than --lease unless --heartbeat is set")
 	heartbeat := f.duration("heartbeat", 0, "extend the lease of a publish still running after this long (at most --lease/2; 0 = off)")
 	pollInterval := f.duration("poll-interval", dispatcher.PollIntervalDefault, "how long an idle dispatcher waits before claiming again (NOTIFY wakes it sooner)")
+	wakeWindow := f.duration("wake-window", dispatcher.WakeWindowDefault, "after each NOTIFY keep claiming this long at short intervals, to pick up commits whose NOTIFY the trigger throttled (at least 20ms)")
 	claim := f.String("claim", "all", "which messages to claim: all, ordered or unordered")
 	ordered := f.Bool("ordered", false, "shorthand for --claim ordered")
 	unclassified := f.String("unclassified", "crash", "what an unclassified publisher error does: crash (leave to lease recovery), retry, or dead")
@@ -194,6 +195,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		f.checkPositive("lease", *lease),
 		f.checkPositive("publish-timeout", *publishTimeout),
 		f.checkPositive("poll-interval", *pollInterval),
+		f.checkPositive("wake-window", *wakeWindow),
 		f.checkPositive("shutdown-timeout", *shutdownTimeout),
 		f.checkPositive("max-defer-age", *maxDeferAge),
 		f.checkPositive("stats-interval", *statsInterval),
@@ -217,6 +219,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		return f.usageError("--publish-timeout (%s) must be shorter than --lease (%s), or set --heartbeat (at most half of --lease)", *publishTimeout, *lease)
 	case *heartbeat > *lease/2:
 		return f.usageError("--heartbeat (%s) must be at most half of --lease (%s)", *heartbeat, *lease)
+	case *wakeWindow < 20*time.Millisecond:
+		return f.usageError("--wake-window must be at least 20ms (the insert trigger throttles NOTIFY to one per 10ms per session), got %s", *wakeWindow)
 	}
 	if *httpDefer < 400 || *httpDefer > 599 {
 		return f.usageError("--http-defer-status must be an HTTP status within 400-599, got %d", *httpDefer)
@@ -231,6 +235,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		PublishTimeout:    *publishTimeout,
 		HeartbeatInterval: *heartbeat,
 		PollInterval:      *pollInterval,
+		WakeWindow:        *wakeWindow,
 		DisableListen:     *noListen,
 		MaxDeferAge:       *maxDeferAge,
 		ShutdownTimeout:   *shutdownTimeout,
@@ -578,6 +583,7 @@ func (a *app) startupAttrs(rc runConfig, d *database) []any {
 		slog.Duration("publish_timeout", c.PublishTimeout),
 		slog.Duration("heartbeat", c.HeartbeatInterval),
 		slog.Duration("poll_interval", c.PollInterval),
+		slog.Duration("wake_window", c.WakeWindow),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 		slog.Duration("max_defer_age", c.MaxDeferAge),
 		slog.String("unclassified", []string{"crash", "retry", "dead"}[c.UnclassifiedErrors]),
