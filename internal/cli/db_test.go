@@ -111,25 +111,30 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 
 	r := call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 0 (this build: 2, 2 pending: run `pgoutbox migrate up`)")
+	mustContain(t, r, "stdout", "version: 0 (this build: 3, 3 pending: run `pgoutbox migrate up`)")
 	mustContain(t, r, "stdout", "pending  -           00001_outbox.sql")
 	mustContain(t, r, "stdout", "pending  -           00002_outbox_notify.sql")
+	mustContain(t, r, "stdout", "pending  -           00003_outbox_notify_throttle.sql")
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "applied  00001_outbox.sql")
 	mustContain(t, r, "stdout", "applied  00002_outbox_notify.sql")
-	mustContain(t, r, "stdout", "schema at version 2")
+	mustContain(t, r, "stdout", "applied  00003_outbox_notify_throttle.sql")
+	mustContain(t, r, "stdout", "schema at version 3")
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_notify:row:outbox_notify_throttled" {
+		t.Errorf("triggers at version 3: %q", got)
+	}
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "already up to date: version 2")
+	mustContain(t, r, "stdout", "already up to date: version 3")
 
 	r = call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 2 (this build: 2, up to date)")
-	if n := strings.Count(r.stdout, "applied  20"); n != 2 {
-		t.Errorf("want 2 applied rows with a date, got %d\n%s", n, r)
+	mustContain(t, r, "stdout", "version: 3 (this build: 3, up to date)")
+	if n := strings.Count(r.stdout, "applied  20"); n != 3 {
+		t.Errorf("want 3 applied rows with a date, got %d\n%s", n, r)
 	}
 
 	// The schema works now.
@@ -138,12 +143,24 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "rolled back  00002_outbox_notify.sql")
-	mustContain(t, r, "stdout", "schema at version 1")
+	mustContain(t, r, "stdout", "rolled back  00003_outbox_notify_throttle.sql")
+	mustContain(t, r, "stdout", "schema at version 2")
+	// 00003's Down put 00002's statement-level trigger back.
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_notify:statement:outbox_notify" {
+		t.Errorf("triggers after rolling back 00003: %q", got)
+	}
 
 	r = call(t, invocation{env: env}, "stats")
 	wantCode(t, r, ExitFailure)
-	mustContain(t, r, "stderr", "schema not migrated (database at version 1, this build needs 2): run `pgoutbox migrate up`")
+	mustContain(t, r, "stderr", "schema not migrated (database at version 2, this build needs 3): run `pgoutbox migrate up`")
+
+	r = call(t, invocation{env: env}, "migrate", "down")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "rolled back  00002_outbox_notify.sql")
+	mustContain(t, r, "stdout", "schema at version 1")
+	if got := triggers(t, env["DATABASE_URL"]); got != "" {
+		t.Errorf("triggers after rolling back 00002: %q", got)
+	}
 
 	// Version 1 holds the table: dropping it needs confirmation.
 	r = call(t, invocation{env: env}, "migrate", "down")
@@ -172,4 +189,23 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	r = call(t, invocation{env: env}, "migrate", "down", "--to", "1")
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "schema at version 1")
+}
+
+// triggers lists the user triggers on outbox as name:row|statement:function.
+func triggers(t *testing.T, url string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var got string
+	err = conn.QueryRow(ctx, `
+SELECT coalesce(string_agg(tgname || ':' || CASE WHEN tgtype & 1 = 1 THEN 'row' ELSE 'statement' END || ':' || tgfoid::regproc, ',' ORDER BY tgname), '')
+  FROM pg_trigger WHERE tgrelid = 'outbox'::regclass AND NOT tgisinternal`).Scan(&got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
