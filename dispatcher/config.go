@@ -126,10 +126,10 @@ type Config struct {
 	// it receives (and after LISTEN connects), at doubling intervals of 1, 2,
 	// 4, … ms with a last claim when the window ends, before it falls back to
 	// PollInterval. The insert trigger (migration 00003) skips the NOTIFY of
-	// a transaction that commits within 10 ms of its session's previous
-	// notification, or while another transaction is notifying; such commits
-	// land inside this window. It must be at least 20ms.
-	// Defaults to WakeWindowDefault (100ms).
+	// a transaction that commits while another transaction is notifying, so
+	// that producers never wait for one another; such a commit becomes
+	// visible right around the notification it relied on, inside this
+	// window. It must be at least 10ms. Defaults to WakeWindowDefault (100ms).
 	WakeWindow time.Duration
 
 	// DisableListen turns the LISTEN/NOTIFY wake-up off (for example behind
@@ -248,8 +248,8 @@ func (c Config) validate() error {
 		return bad("HeartbeatInterval (%s) must be at most half of Lease (%s)", c.HeartbeatInterval, c.Lease)
 	case c.PollInterval < 0:
 		return bad("PollInterval must be positive, got %s", c.PollInterval)
-	case c.WakeWindow < 20*time.Millisecond:
-		return bad("WakeWindow must be at least 20ms (the insert trigger throttles NOTIFY to one per 10ms per session), got %s", c.WakeWindow)
+	case c.WakeWindow < 10*time.Millisecond:
+		return bad("WakeWindow must be at least 10ms, got %s", c.WakeWindow)
 	case c.BackoffBase < 0 || c.BackoffCap < c.BackoffBase:
 		return bad("BackoffBase (%s) must be positive and at most BackoffCap (%s)", c.BackoffBase, c.BackoffCap)
 	case c.MaxDeferAge < 0:

@@ -4,49 +4,42 @@
 -- database to append to the notification queue at COMMIT and holds it until
 -- the commit record is flushed, so notifying transactions commit one at a
 -- time (pgbench, 8 clients, one INSERT per transaction: 3,878 tx/s with
--- 00002's trigger, 9,202 tx/s without any trigger, ~8,100 tx/s with this one).
+-- 00002's trigger, 9,202 tx/s without any trigger, ~8,000 tx/s with this one).
 --
 -- This trigger still notifies at COMMIT only (never before the rows are
--- visible, never for a rollback), and at most once per transaction, but a
--- transaction skips its NOTIFY when
---   (a) its session notified on this table less than 10 ms ago, or
---   (b) another transaction is notifying on this table at this very moment
---       (it holds the gate below and has not finished committing).
--- A skipped transaction therefore commits within 10 ms (plus its own commit
--- time) after a notification that listeners receive, and dispatchers keep
--- claiming for a short window after every notification they receive
--- (dispatcher.Config.WakeWindow, 100 ms by default, must stay above the
--- 10 ms here). Polling remains the fallback for the rare transaction that
--- fails after its deferred trigger ran but while holding the gate.
+-- visible, never for a rollback) and at most once per transaction, and it
+-- lets at most one transaction at a time be a notifier: a transaction that
+-- commits while another is notifying on this table (holding the gate below,
+-- not yet finished committing) skips its own NOTIFY instead of queueing
+-- behind it. Concurrent producers therefore send about one notification per
+-- commit flush, not one per transaction, and never wait for one another.
+-- A skipped commit is committing at the same moment as the notifier, so it
+-- becomes visible right around the notification; dispatchers keep claiming
+-- for a short window after every notification they receive
+-- (dispatcher.Config.WakeWindow, 100 ms by default) to pick it up. Polling
+-- remains the fallback for the rare notifier that fails after taking the
+-- gate (a later deferred constraint of its transaction).
 --
 -- How it is built:
--- * A deferred constraint trigger runs at COMMIT, so the throttle looks at the
---   clock when the transaction commits, not when it inserted.
+-- * A deferred constraint trigger runs at COMMIT, so the gate is tried when
+--   the transaction commits, not when it inserted.
 -- * Its WHEN clause queues the deferred event for the first inserted row of a
 --   transaction only: it sets a transaction-local flag (outbox.wake_queued)
 --   the first time, so a COPY of 10,000 rows queues one event. The flag is
 --   rolled back with a savepoint, so a later insert queues again.
--- * The session's last notification time (outbox.notified_at, epoch ms) is a
---   session setting written inside the transaction: it is rolled back if the
---   transaction fails, so a failed transaction never silences the next one.
 -- * The gate is a transaction-level advisory lock in the two-key space,
---   keyed (table oid, 0x6f75_7462 "outb"); pg_try_advisory_xact_lock never
---   waits. Applications using two-key advisory locks must avoid that pair.
+--   keyed (table oid, 0x6f75_7462 "outb"), held until the notifier's COMMIT
+--   has finished; pg_try_advisory_xact_lock never waits. Applications using
+--   two-key advisory locks must avoid that pair.
+-- * Under SET CONSTRAINTS ALL IMMEDIATE the trigger runs at insert time; the
+--   NOTIFY is still delivered only at COMMIT.
 -- +goose StatementBegin
 CREATE FUNCTION outbox_notify_throttled() RETURNS trigger
     LANGUAGE plpgsql AS $$
-DECLARE
-    now_ms bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-    last_ms bigint := nullif(current_setting('outbox.notified_at', true), '')::bigint;
 BEGIN
-    IF last_ms IS NOT NULL AND now_ms - last_ms BETWEEN 0 AND 9 THEN
-        RETURN NULL; -- (a) this session notified less than 10 ms ago
-    END IF;
-    IF NOT pg_try_advisory_xact_lock(TG_RELID::integer, 1869968482) THEN
-        RETURN NULL; -- (b) a concurrent commit is notifying right now
-    END IF;
-    PERFORM set_config('outbox.notified_at', now_ms::text, false);
-    PERFORM pg_notify(TG_TABLE_NAME, '');
+    IF pg_try_advisory_xact_lock(TG_RELID::integer, 1869968482) THEN
+        PERFORM pg_notify(TG_TABLE_NAME, '');
+    END IF; -- else a concurrent commit is notifying right now
     RETURN NULL;
 END;
 $$;

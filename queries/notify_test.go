@@ -3,6 +3,7 @@ package queries_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,45 +80,50 @@ func TestNotify_OncePerCommittedTransactionNeverForRollback(t *testing.T) {
 	}
 }
 
-// A session that commits many small transactions notifies at most once per
-// 10 ms (the trigger's throttle): 50 transactions pipelined in one round
-// trip send a handful of notifications, not 50.
-func TestNotify_SessionThrottle(t *testing.T) {
+// Concurrent producers do not each send a NOTIFY: a transaction that
+// commits while another is notifying skips its own (the gate), so 8
+// sessions committing 50 one-row transactions each send far fewer than 400
+// notifications, and every row is committed.
+func TestNotify_ConcurrentCommitsShareNotifications(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
+	pool := pgtest.Pool(t, url)
 	ctx := context.Background()
 	count := listen(t, url)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
+	const sessions, each = 8, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, sessions)
+	for s := 0; s < sessions; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close(ctx)
+			for i := 0; i < each; i++ {
+				if _, err := conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	// Commits that do not wait for the WAL flush keep 50 of them well inside
-	// a few 10 ms windows on any disk.
-	mustExec(t, conn, "SET synchronous_commit = off")
-	const txs = 50
-	b := &pgx.Batch{}
-	for i := 0; i < txs; i++ {
-		b.Queue("BEGIN")
-		b.Queue("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')")
-		b.Queue("COMMIT")
-	}
-	start := time.Now()
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		t.Fatal(err)
-	}
-	elapsed := time.Since(start)
 	n := count()
 	var rows int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil || rows != txs {
-		t.Fatalf("%d rows committed (%v), want %d", rows, err, txs)
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil || rows != sessions*each {
+		t.Fatalf("%d rows committed (%v), want %d", rows, err, sessions*each)
 	}
-	// The throttle compares whole milliseconds, so two notifications are at
-	// least 9 ms apart.
-	most := int(elapsed/(9*time.Millisecond)) + 1
-	t.Logf("%d transactions in %s: %d notifications (at most %d allowed)", txs, elapsed, n, most)
-	if n < 1 || n > most {
-		t.Fatalf("%d transactions in %s sent %d notifications, want 1..%d", txs, elapsed, n, most)
+	t.Logf("%d concurrent one-row transactions: %d notifications", sessions*each, n)
+	if n < 1 || n >= sessions*each {
+		t.Fatalf("%d concurrent transactions sent %d notifications, want at least 1 and fewer than one each", sessions*each, n)
 	}
 }
 
@@ -156,19 +162,22 @@ func TestNotify_GateSkipsWhileAnotherCommitNotifies(t *testing.T) {
 }
 
 // A transaction that fails at COMMIT after the notify trigger ran (here a
-// later deferred constraint) sends nothing and does not count as its
-// session's last notification: the next commit, right after, notifies.
-func TestNotify_FailedCommitDoesNotSilenceTheNext(t *testing.T) {
+// later deferred constraint) sends nothing and leaves the gate free: the
+// next commit, right after, notifies.
+func TestNotify_FailedCommitSendsNothingAndFreesTheGate(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	pool := pgtest.Pool(t, url)
 	ctx := context.Background()
 	// Fires after outbox_notify (deferred triggers of one event fire in name
-	// order).
+	// order) and reports whether this transaction holds the gate by then.
 	mustExec(t, pool, `CREATE FUNCTION fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.event_type = 'FailAtCommit' THEN
-        RAISE EXCEPTION 'refused at commit (notified_at=%)', current_setting('outbox.notified_at', true);
+        RAISE EXCEPTION 'refused at commit (gate held: %)', EXISTS (
+            SELECT 1 FROM pg_locks
+             WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+               AND classid = 'outbox'::regclass::oid AND objid = 1869968482 AND objsubid = 2);
     END IF;
     RETURN NULL;
 END $$`)
@@ -181,24 +190,22 @@ END $$`)
 	}
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'FailAtCommit', '{}')")
-	if err == nil || !strings.Contains(err.Error(), "refused at commit (notified_at=1") {
-		t.Fatalf("first commit: %v, want the deferred constraint's error, raised after outbox_notify set notified_at", err)
+	if err == nil || !strings.Contains(err.Error(), "refused at commit (gate held: t)") {
+		t.Fatalf("first commit: %v, want the deferred constraint's error, raised after outbox_notify took the gate", err)
 	}
-	// The session's throttle clock was rolled back with the transaction ...
-	var last *string
-	if err := conn.QueryRow(ctx, "SELECT nullif(current_setting('outbox.notified_at', true), '')").Scan(&last); err != nil || last != nil {
-		t.Fatalf("after the failed commit outbox.notified_at = %v (%v), want unset", last, err)
+	if n := count(); n != 0 {
+		t.Fatalf("failed commit: %d notifications, want 0", n)
 	}
-	// ... so the next commit, right after, notifies.
+	var free bool
+	if err := pool.QueryRow(ctx, "SELECT pg_try_advisory_lock('outbox'::regclass::oid::integer, 1869968482)").Scan(&free); err != nil || !free {
+		t.Fatalf("the failed transaction left the notify gate held: %v %v", free, err)
+	}
+	mustExec(t, pool, "SELECT pg_advisory_unlock_all()")
 	if _, err := conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != 1 {
 		t.Fatalf("commit right after a failed one: %d notifications, want 1", n)
-	}
-	var gate bool
-	if err := pool.QueryRow(ctx, "SELECT pg_try_advisory_lock('outbox'::regclass::oid::integer, 1869968482)").Scan(&gate); err != nil || !gate {
-		t.Fatalf("the failed transaction left the notify gate held: %v %v", gate, err)
 	}
 }
 

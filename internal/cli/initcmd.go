@@ -21,8 +21,8 @@ const initAbout = `Copies pgoutbox's SQL into your own sqlc project under anothe
 goose migrations into DIR/migrations and the annotated queries into DIR/queries,
 with the table outbox and everything derived from it renamed (indexes
 outbox_pending -> NAME_pending, the trigger and its functions outbox_notify ->
-NAME_notify, the trigger's settings 'outbox.notified_at' ->
-'NAME.notified_at', the NOTIFY channel 'outbox' -> 'NAME', query names OutboxClaim ->
+NAME_notify, the trigger's flag 'outbox.wake_queued' ->
+'NAME.wake_queued', the NOTIFY channel 'outbox' -> 'NAME', query names OutboxClaim ->
 <CamelName>Claim). Only whole identifiers are renamed; the word "outbox" in
 comment prose is kept. On stdout it prints the sqlc.yaml entry to add (paths
 relative to --sqlc-root), with the type overrides pgoutbox uses (interval ->

@@ -148,7 +148,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	publishTimeout := f.duration("publish-timeout", dispatcher.PublishTimeoutDefault, "bound on one publish; must be shorter than --lease unless --heartbeat is set")
 	heartbeat := f.duration("heartbeat", 0, "extend the lease of a publish still running after this long (at most --lease/2; 0 = off)")
 	pollInterval := f.duration("poll-interval", dispatcher.PollIntervalDefault, "how long an idle dispatcher waits before claiming again (NOTIFY wakes it sooner)")
-	wakeWindow := f.duration("wake-window", dispatcher.WakeWindowDefault, "after each NOTIFY keep claiming this long at short intervals, to pick up commits whose NOTIFY the trigger throttled (at least 20ms)")
+	wakeWindow := f.duration("wake-window", dispatcher.WakeWindowDefault, "after each NOTIFY keep claiming this long at short intervals, to pick up commits that skipped their NOTIFY while another was notifying (at least 10ms)")
 	claim := f.String("claim", "all", "which messages to claim: all, ordered or unordered")
 	ordered := f.Bool("ordered", false, "shorthand for --claim ordered")
 	unclassified := f.String("unclassified", "crash", "what an unclassified publisher error does: crash (leave to lease recovery), retry, or dead")
@@ -219,8 +219,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		return f.usageError("--publish-timeout (%s) must be shorter than --lease (%s), or set --heartbeat (at most half of --lease)", *publishTimeout, *lease)
 	case *heartbeat > *lease/2:
 		return f.usageError("--heartbeat (%s) must be at most half of --lease (%s)", *heartbeat, *lease)
-	case *wakeWindow < 20*time.Millisecond:
-		return f.usageError("--wake-window must be at least 20ms (the insert trigger throttles NOTIFY to one per 10ms per session), got %s", *wakeWindow)
+	case *wakeWindow < 10*time.Millisecond:
+		return f.usageError("--wake-window must be at least 10ms, got %s", *wakeWindow)
 	}
 	if *httpDefer < 400 || *httpDefer > 599 {
 		return f.usageError("--http-defer-status must be an HTTP status within 400-599, got %d", *httpDefer)

@@ -73,7 +73,7 @@ func TestUsage_BadFlagValuesSayWhichFlagAndWhatIsExpected(t *testing.T) {
 		{"negative duration", "run --publisher stdout --lease -1s", "--lease must be a positive duration (such as 200ms, 3s, 1m), got -1s"},
 		{"garbage duration", "run --publisher stdout --poll-interval soon", `invalid value "soon" for flag --poll-interval: expected a Go duration`},
 		{"publish timeout not below lease", "run --publisher stdout --lease 5s", "--publish-timeout (10s) must be shorter than --lease (5s), or set --heartbeat"},
-		{"wake window too short", "run --publisher stdout --wake-window 5ms", "--wake-window must be at least 20ms"},
+		{"wake window too short", "run --publisher stdout --wake-window 5ms", "--wake-window must be at least 10ms, got 5ms"},
 		{"heartbeat too long", "run --publisher stdout --lease 10s --heartbeat 6s", "--heartbeat (6s) must be at most half of --lease (10s)"},
 		{"missing publisher", "run", "--publisher is required: one of http, nats, amqp, kafka, stdout, discard"},
 		{"unknown publisher", "run --publisher carrier-pigeon", `unknown --publisher "carrier-pigeon": expected one of http, nats, amqp, kafka, stdout, discard`},
