@@ -101,12 +101,8 @@ func (r *results) goalNotes() []string {
 				continue // one note covers p50 and p99
 			}
 			s := r.LatencyAt1000
-			note := fmt.Sprintf("**1,000 msg/s with one event per transaction was not reached, by the producers**: they committed only %s msg/s (the step requires 95%%), because the `outbox_notify` trigger's NOTIFY makes PostgreSQL serialize their commits (each holds a cluster-wide lock through its WAL flush, so notifying commits never share a flush; see section 2 and the tuning log). The dispatcher's latency on what was produced: p50 %s, p99 %s.",
+			note := fmt.Sprintf("**1,000 msg/s with one event per transaction was not reached, by the producers**: they committed only %s msg/s (the step requires 95%%); see section 2b for how fast producers can commit on this machine in this run. The dispatcher's latency on what was produced: p50 %s, p99 %s.",
 				kfmt(s.Achieved), ms(s.P50), ms(s.P99))
-			if pc := r.SustainedPostCommit; pc != nil {
-				note += fmt.Sprintf(" With the NOTIFY sent after COMMIT instead (2b, an experiment that needs a schema and producer-API change) the producers reached %s msg/s, p50 %s, p99 %s.",
-					kfmt(pc.Achieved), ms(pc.P50), ms(pc.P99))
-			}
 			if b := r.LatencyAt1000Batched; b != nil {
 				note += fmt.Sprintf(" At 1,000 msg/s in %d-event transactions: p50 %s, p99 %s.", b.PerTx, ms(b.P50), ms(b.P99))
 			}
@@ -238,11 +234,11 @@ func writeReport(out string, r *results) error {
 	if len(r.Sustained) > 0 {
 		p("## 2. Sustained mode: end-to-end latency")
 		p("")
-		p("%d producer goroutines each loop: one business transaction = one `bench_orders` row plus its outbox event(s) (`dispatcher.Enqueue`, or `EnqueueMany` for several events), paced to a fixed offered rate. One dispatcher (the drain configuration, LISTEN/NOTIFY wake-up, default 1 s poll fallback) publishes. Latency: from the producer's `COMMIT` returning to `Publish` being called for that message, on one monotonic clock (a publish that beats the producer's view of its own commit counts as 0). A step is *kept up* when the producers achieved ≥ 95%% of the offered rate, every committed message was delivered, and p99 ≤ 100 ms (beyond that the queue grows during the step and drains only after it). Each step lasts %s (2a and 2b: %s); producers stop at the end of the step even when behind schedule.", sustainedProducers, r.Sustained[len(r.Sustained)-1].Duration, r.Sustained[0].Duration)
+		p("%d producer goroutines each loop: one business transaction = one `bench_orders` row plus its outbox event(s) (`dispatcher.Enqueue`, or `EnqueueMany` for several events), paced to a fixed offered rate. One dispatcher (the drain configuration, LISTEN/NOTIFY wake-up, default 1 s poll fallback) publishes. Latency: from the producer's `COMMIT` returning to `Publish` being called for that message, on one monotonic clock (a publish that beats the producer's view of its own commit counts as 0). A step is *kept up* when the producers achieved ≥ 95%% of the offered rate, every committed message was delivered, and p99 ≤ 100 ms (beyond that the queue grows during the step and drains only after it). Each step lasts %s (2a: %s); producers stop at the end of the step even when behind schedule.", sustainedProducers, r.Sustained[len(r.Sustained)-1].Duration, r.Sustained[0].Duration)
 		p("")
-		p("- **2a** — 1,000 msg/s, one event per transaction, the schema as shipped (the `outbox_notify` statement trigger sends NOTIFY inside each producer transaction).")
-		p("- **2b** — experiment: the same, with the trigger disabled and each producer sending `pg_notify` in its own statement right after COMMIT.")
-		p("- **2c** — rising rates with the trigger, producers at 250 transactions/s carrying rate/250 events each, until a step is not kept up.")
+		p("- **2a** — 1,000 msg/s, one event per transaction, the schema as shipped (migration 00003's wake-up trigger).")
+		p("- **2b** — the producers' ceiling: one-event transactions as fast as they go, per wake-up trigger (table below).")
+		p("- **2c** — rising rates, producers at 250 transactions/s carrying rate/250 events each, until a step is not kept up.")
 		p("")
 		p("| Step | Offered msg/s | Events/tx | Produced msg/s | Delivered | p50 | p90 | p99 | max | Kept up |")
 		p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -251,17 +247,29 @@ func writeReport(out string, r *results) error {
 				ms(s.P50), ms(s.P90), ms(s.P99), ms(s.Max), yesNo(s.Kept))
 		}
 		row("2a", r.Sustained[0])
-		if r.SustainedPostCommit != nil {
-			row("2b", *r.SustainedPostCommit)
-		}
 		for _, s := range r.Sustained[1:] {
 			row("2c", s)
 		}
 		p("")
 		p("Highest sustained rate: **%s msg/s** (the highest 2c step kept up; the ladder stops at the first step that is not).", kfmt(r.MaxSustained))
 		p("")
-		p("Why 2a's producers fall short of 1,000 msg/s: PostgreSQL serializes the commits of transactions that sent NOTIFY (a cluster-wide lock held through the commit's WAL flush), so notifying transactions never share a flush. On this machine that halves the rate of one-event producer transactions even with nothing else running (pgbench: 2,462 against 5,157 tx/s without the trigger; tuning log), and with the dispatcher's own commits sharing the WAL the producers here fall short of 1,000/s. 2b shows the cap lifts when the wake-up is sent after COMMIT; 2c shows the dispatcher's latency at 1,000 msg/s and above when the producers batch.")
-		p("")
+		if len(r.ProducerCeiling) > 0 {
+			c0 := r.ProducerCeiling[0]
+			p("### 2b. Producer ceiling per wake-up trigger")
+			p("")
+			p("%d producer goroutines commit one-event business transactions (a `bench_orders` row plus `dispatcher.Enqueue`) as fast as they can for %s each, no dispatcher running; one connection LISTENs and counts the notifications. PostgreSQL lets only one transaction at a time append to the notification queue and holds that lock through the commit's WAL flush, so transactions that all NOTIFY commit one by one instead of sharing flushes. Migration 00003's trigger notifies once per transaction and skips the NOTIFY of a transaction that commits while another one is notifying (dispatchers cover those commits with a 100 ms wake window of short claims).", c0.Producers, c0.Duration)
+			p("")
+			p("| Wake-up trigger | Transactions/s | Notifications/s | Notifications per transaction |")
+			p("| --- | --- | --- | --- |")
+			for _, c := range r.ProducerCeiling {
+				per := 0.0
+				if c.Transactions > 0 {
+					per = float64(c.Notifications) / float64(c.Transactions)
+				}
+				p("| %s | %s | %s | %.2f |", c.Variant, kfmt(c.TxPerSec), kfmt(c.NotifyPerSec), per)
+			}
+			p("")
+		}
 		if charts["latency"] != "" {
 			p("![latency distribution at 1,000 msg/s](%s)", charts["latency"])
 			p("")
@@ -387,9 +395,6 @@ func (r *results) charts(dir string) (map[string]string, error) {
 		series := []chart.Series{curve("1 event/tx (2a)", s)}
 		if b := r.LatencyAt1000Batched; b != nil && len(b.Samples) > 0 {
 			series = append(series, curve(fmt.Sprintf("%d events/tx (2c)", b.PerTx), b))
-		}
-		if pc := r.SustainedPostCommit; pc != nil && len(pc.Samples) > 0 {
-			series = append(series, curve("notify after commit (2b)", pc))
 		}
 		err := chart.Line{Title: "Latency at 1,000 msg/s, commit to Publish", XLabel: "percentile", YLabel: "milliseconds",
 			Series: series}.Save(filepath.Join(dir, "latency.png"))

@@ -46,7 +46,7 @@ type results struct {
 	// Item 2.
 	Sustained            []sustainedStep
 	LatencyAt1000        *sustainedStep
-	SustainedPostCommit  *sustainedStep
+	ProducerCeiling      []producerCeiling
 	LatencyAt1000Batched *sustainedStep
 	MaxSustained         float64
 	SustainedNotes       string
@@ -87,20 +87,31 @@ type point struct {
 }
 
 type sustainedStep struct {
-	Offered          float64 // msg/s asked of the producers
-	Achieved         float64 // msg/s committed by the producers
-	Delivered        float64 // msg/s published
-	PerTx            int     // messages per business transaction
-	P50, P90         time.Duration
-	P99, Max         time.Duration
-	Backlog          int64 // undelivered at the end of the step
-	Kept             bool  // dispatcher kept up (see sustained.go)
-	Samples          []time.Duration
-	Producers        int
-	Duration         time.Duration
-	Committed        int
-	Published        int
-	PostCommitNotify bool
+	Offered   float64 // msg/s asked of the producers
+	Achieved  float64 // msg/s committed by the producers
+	Delivered float64 // msg/s published
+	PerTx     int     // messages per business transaction
+	P50, P90  time.Duration
+	P99, Max  time.Duration
+	Backlog   int64 // undelivered at the end of the step
+	Kept      bool  // dispatcher kept up (see sustained.go)
+	Samples   []time.Duration
+	Producers int
+	Duration  time.Duration
+	Committed int
+	Published int
+}
+
+// producerCeiling is item 2b: unpaced one-event producer transactions under
+// one wake-up trigger variant.
+type producerCeiling struct {
+	Variant       string
+	Producers     int
+	Duration      time.Duration
+	Transactions  int64
+	Notifications int64
+	TxPerSec      float64
+	NotifyPerSec  float64
 }
 
 type claimCost struct {

@@ -53,11 +53,9 @@ func (l *latencyRecorder) Publish(_ context.Context, m dispatcher.Message) error
 }
 
 // runStep offers rate msg/s for d and measures what happened.
-// perTx events go in each business transaction. postCommitNotify is the
-// experiment of section 2b: the outbox_notify trigger disabled, producers
-// send pg_notify in a separate statement after their COMMIT.
-func runStep(ctx context.Context, e *env, rate float64, d time.Duration, perTx int, postCommitNotify bool) (sustainedStep, error) {
-	st := sustainedStep{Offered: rate, Producers: sustainedProducers, Duration: d, PerTx: perTx, PostCommitNotify: postCommitNotify}
+// perTx events go in each business transaction.
+func runStep(ctx context.Context, e *env, rate float64, d time.Duration, perTx int) (sustainedStep, error) {
+	st := sustainedStep{Offered: rate, Producers: sustainedProducers, Duration: d, PerTx: perTx}
 	txRate := rate / float64(st.PerTx)
 	nTx := int(txRate * d.Seconds())
 	n := nTx * st.PerTx
@@ -71,12 +69,6 @@ func runStep(ctx context.Context, e *env, rate float64, d time.Duration, perTx i
 		return st, err
 	}
 	rec := newLatencyRecorder(n)
-	if postCommitNotify {
-		if _, err := e.outbox.Exec(ctx, "ALTER TABLE outbox DISABLE TRIGGER outbox_notify"); err != nil {
-			return st, err
-		}
-		defer e.outbox.Exec(context.WithoutCancel(ctx), "ALTER TABLE outbox ENABLE TRIGGER outbox_notify")
-	}
 
 	// Dispatcher: the drain setup, with the default poll interval (1s) so
 	// that the latency comes from the NOTIFY wake-up.
@@ -145,9 +137,6 @@ func runStep(ctx context.Context, e *env, rate float64, d time.Duration, perTx i
 					return err
 				})
 				now := rec.now()
-				if err == nil && postCommitNotify {
-					_, err = ppool.Exec(ctx, "SELECT pg_notify('outbox', '')")
-				}
 				if err != nil {
 					perr.Store(&err)
 					return
@@ -212,25 +201,31 @@ func runSustained(ctx context.Context, e *env) error {
 		base, stepDur = 60*time.Second, 15*time.Second
 	}
 	// 2a: 1,000 msg/s, one event per business transaction, the schema as
-	// shipped (the statement trigger NOTIFYs inside the transaction).
-	st, err := runStep(ctx, e, 1000, base, 1, false)
+	// shipped.
+	st, err := runStep(ctx, e, 1000, base, 1)
 	if err != nil {
 		return err
 	}
 	logSustained(st)
 	e.res.Sustained = append(e.res.Sustained, st)
-	// 2b: the same with the NOTIFY sent after COMMIT instead (experiment).
-	st, err = runStep(ctx, e, 1000, base, 1, true)
-	if err != nil {
-		return err
+	// 2b: how fast producers can commit one-event transactions, per
+	// wake-up trigger.
+	ceilDur := 5 * time.Second
+	if e.o.full {
+		ceilDur = 15 * time.Second
 	}
-	logSustained(st)
-	e.res.SustainedPostCommit = &st
+	for _, v := range triggerVariants {
+		c, err := runProducerCeiling(ctx, e, v, ceilDur)
+		if err != nil {
+			return err
+		}
+		logf("producer ceiling, %s: %.0f tx/s, %.0f notifications/s", c.Variant, c.TxPerSec, c.NotifyPerSec)
+		e.res.ProducerCeiling = append(e.res.ProducerCeiling, c)
+	}
 	// 2c: rising rates, producers at 250 transactions/s carrying rate/250
-	// events each, until a step is not kept up. The first step is 1,000
-	// msg/s again, at a transaction rate the trigger allows.
+	// events each, until a step is not kept up.
 	for _, rate := range []float64{1000, 2000, 5000, 10000, 20000, 30000, 40000, 50000} {
-		st, err := runStep(ctx, e, rate, stepDur, int(rate/250), false)
+		st, err := runStep(ctx, e, rate, stepDur, int(rate/250))
 		if err != nil {
 			return err
 		}
@@ -250,8 +245,118 @@ func runSustained(ctx context.Context, e *env) error {
 }
 
 func logSustained(st sustainedStep) {
-	logf("sustained %s msg/s (%d per tx, post-commit notify %v): produced %.0f/s, delivered %d/%d, p50 %s p90 %s p99 %s max %s, kept up: %v",
-		fmt.Sprint(st.Offered), st.PerTx, st.PostCommitNotify, st.Achieved, st.Published, st.Committed,
+	logf("sustained %s msg/s (%d per tx): produced %.0f/s, delivered %d/%d, p50 %s p90 %s p99 %s max %s, kept up: %v",
+		fmt.Sprint(st.Offered), st.PerTx, st.Achieved, st.Published, st.Committed,
 		st.P50.Round(10*time.Microsecond), st.P90.Round(10*time.Microsecond), st.P99.Round(10*time.Microsecond),
 		st.Max.Round(10*time.Microsecond), st.Kept)
+}
+
+// triggerVariant is one wake-up trigger setup for item 2b. setup runs before
+// the measurement and undo after it.
+type triggerVariant struct {
+	name, setup, undo string
+}
+
+var triggerVariants = []triggerVariant{
+	{name: "as shipped (00003: once per transaction, skipped while another commit notifies)"},
+	{
+		name:  "00002: NOTIFY in every inserting transaction",
+		setup: "ALTER TABLE outbox DISABLE TRIGGER outbox_notify; CREATE TRIGGER bench_notify_every_tx AFTER INSERT ON outbox FOR EACH STATEMENT EXECUTE FUNCTION outbox_notify()",
+		undo:  "DROP TRIGGER bench_notify_every_tx ON outbox; ALTER TABLE outbox ENABLE TRIGGER outbox_notify",
+	},
+	{
+		name:  "no wake-up trigger",
+		setup: "ALTER TABLE outbox DISABLE TRIGGER outbox_notify",
+		undo:  "ALTER TABLE outbox ENABLE TRIGGER outbox_notify",
+	},
+}
+
+// runProducerCeiling is item 2b: sustainedProducers goroutines commit
+// one-event business transactions (a bench_orders row plus Enqueue) as fast
+// as they can for d, no dispatcher running, while one connection LISTENs and
+// counts the notifications that arrive.
+func runProducerCeiling(ctx context.Context, e *env, v triggerVariant, d time.Duration) (producerCeiling, error) {
+	c := producerCeiling{Variant: v.name, Producers: sustainedProducers, Duration: d}
+	if err := resetOutbox(ctx, e.outbox); err != nil {
+		return c, err
+	}
+	if _, err := e.outbox.Exec(ctx, "TRUNCATE bench_orders"); err != nil {
+		return c, err
+	}
+	if _, err := e.outbox.Exec(ctx, "CHECKPOINT"); err != nil {
+		return c, err
+	}
+	if v.setup != "" {
+		if _, err := e.outbox.Exec(ctx, v.setup); err != nil {
+			return c, fmt.Errorf("2b setup %q: %w", v.name, err)
+		}
+		defer e.outbox.Exec(context.WithoutCancel(ctx), v.undo)
+	}
+	lconn, err := pgx.Connect(ctx, e.outboxURL)
+	if err != nil {
+		return c, err
+	}
+	defer lconn.Close(context.WithoutCancel(ctx))
+	if _, err := lconn.Exec(ctx, "LISTEN outbox"); err != nil {
+		return c, err
+	}
+	var notes atomic.Int64
+	lctx, lcancel := context.WithCancel(ctx)
+	ldone := make(chan struct{})
+	go func() {
+		defer close(ldone)
+		for {
+			if _, err := lconn.WaitForNotification(lctx); err != nil {
+				return
+			}
+			notes.Add(1)
+		}
+	}()
+	ppool, err := newPool(ctx, e.outboxURL, sustainedProducers)
+	if err != nil {
+		lcancel()
+		<-ldone
+		return c, err
+	}
+	defer ppool.Close()
+	var (
+		txs  atomic.Int64
+		perr atomic.Pointer[error]
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for p := 0; p < sustainedProducers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Since(start) < d; i++ {
+				err := pgx.BeginFunc(ctx, ppool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "INSERT INTO bench_orders (amount) VALUES ($1)", i%1000); err != nil {
+						return err
+					}
+					_, err := dispatcher.Enqueue(ctx, tx, dispatcher.Event{AggregateType: "order", AggregateID: strconv.Itoa(i),
+						EventType: "OrderPlaced", Payload: json.RawMessage(`{"order":1}`)})
+					return err
+				})
+				if err != nil {
+					perr.Store(&err)
+					return
+				}
+				txs.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	time.Sleep(300 * time.Millisecond) // the last notifications arrive
+	lcancel()
+	<-ldone
+	if p := perr.Load(); p != nil {
+		return c, *p
+	}
+	c.Transactions = txs.Load()
+	c.Notifications = notes.Load()
+	c.TxPerSec = float64(c.Transactions) / elapsed.Seconds()
+	c.NotifyPerSec = float64(c.Notifications) / elapsed.Seconds()
+	return c, nil
 }
