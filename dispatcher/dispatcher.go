@@ -259,7 +259,8 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job) {
 		}
 		// Idle: wait for a NOTIFY, the poll interval, or shutdown. Inside a
 		// wake window the wait is short and doubles (1, 2, 4, … ms), so a
-		// commit whose NOTIFY the trigger throttled is claimed soon.
+		// commit that skipped its NOTIFY (another commit was notifying) is
+		// claimed soon.
 		wait := d.cfg.PollInterval
 		if hot := d.hotUntil.Load(); hot > 0 {
 			if rest := time.Duration(hot) - time.Since(d.epoch); rest > 0 {
@@ -267,7 +268,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job) {
 					hotSeen, hotStep = hot, time.Millisecond
 				}
 				wait = min(wait, hotStep, rest)
-				hotStep *= 2
+				hotStep = min(2*hotStep, d.cfg.PollInterval)
 				d.metrics.hotPolls.Add(1)
 			}
 		}

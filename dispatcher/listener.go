@@ -11,9 +11,10 @@ import (
 // listen holds one dedicated connection (outside the pool) in LISTEN on the
 // outbox channel and turns every notification into a wake-up of the claimer
 // followed by a wake window (Config.WakeWindow) of short idle waits, which
-// covers the commits whose NOTIFY the trigger throttled. A notification is a
-// hint only: polling remains the fallback, and after every (re)connect the
-// claimer is woken to pick up what was inserted while nobody listened. It reconnects with backoff until ctx ends.
+// covers the commits that skipped their NOTIFY while another was notifying.
+// A notification is a hint only: polling remains the fallback, and after
+// every (re)connect the claimer is woken to pick up what was inserted while
+// nobody listened. It reconnects with backoff until ctx ends.
 func (d *Dispatcher) listen(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
