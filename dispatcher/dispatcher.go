@@ -56,7 +56,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		pool:        pool,
-		q:           db.New(pool),
+		q:           db.New(newCustomPlans(pool)),
 		pub:         pub,
 		cfg:         cfg,
 		log:         cfg.Logger.With(slog.String("owner", cfg.Owner)),
