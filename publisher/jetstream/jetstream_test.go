@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
+	"github.com/pgoutbox/pgoutbox/internal/testlog"
 )
 
 // natsURL is the test server: NATS_URL, or a local nats-server -js.
@@ -101,7 +101,7 @@ func newPublisher(t *testing.T, cfg Config) *Publisher {
 	t.Helper()
 	cfg.URL = cmp.Or(cfg.URL, natsURL())
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+		cfg.Logger = testlog.New(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

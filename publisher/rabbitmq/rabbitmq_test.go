@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
+	"github.com/pgoutbox/pgoutbox/internal/testlog"
 )
 
 // amqpURL is the test broker: AMQP_URL, or a local RabbitMQ.
@@ -126,7 +126,7 @@ func newPublisher(t *testing.T, cfg Config) *Publisher {
 	t.Helper()
 	cfg.URL = cmp.Or(cfg.URL, amqpURL())
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+		cfg.Logger = testlog.New(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
