@@ -193,6 +193,13 @@ type Config struct {
 	// OnLeaseLost, when set, is called for each fenced write that changed no
 	// row (after the warning is logged). For tests and custom accounting.
 	OnLeaseLost func(outboxID, leaseVersion int64)
+
+	// Source is Message.Source of every message: the CloudEvents source
+	// attribute and, with the outbox id, the idempotency key consumers
+	// deduplicate on (see DefaultSource). Every dispatcher of one outbox must
+	// use the same value. Defaults to DefaultSource of the pool's connection
+	// settings and the outbox table ("pgoutbox://HOST:PORT/DATABASE/public.outbox").
+	Source string
 }
 
 func (c Config) withDefaults() Config {

@@ -50,6 +50,9 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Source == "" {
+		cfg.Source = DefaultSource(&pool.Config().ConnConfig.Config, defaultSchema, defaultTable)
+	}
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
@@ -369,6 +372,7 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, recoverExpired boo
 
 // dispatch hands a claimed job to the workers.
 func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
+	j.msg.Source = d.cfg.Source
 	d.inFlight.Add(1)
 	jobs <- j
 }

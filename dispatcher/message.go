@@ -9,13 +9,17 @@ import (
 
 // Message is what a Publisher receives: one outbox row.
 type Message struct {
-	// ID is the outbox id as a decimal string: the idempotency key. It never
-	// changes across retries or lease takeovers, so downstream systems
-	// deduplicate on it (CloudEvents ce-id, Nats-Msg-Id, AMQP message_id,
-	// HTTP Idempotency-Key).
+	// ID is the outbox id as a decimal string (CloudEvents ce-id). It never
+	// changes across retries or lease takeovers; with Source it forms the
+	// idempotency key downstream systems deduplicate on.
 	ID string
 	// OutboxID is the same id as a number.
-	OutboxID      int64
+	OutboxID int64
+	// Source names the outbox the message comes from (Config.Source): the
+	// CloudEvents source. ID is unique only within one outbox; Source and ID
+	// together identify the event everywhere, and publishers build the
+	// idempotency key from both (cloudevents.IdempotencyKey).
+	Source        string
 	AggregateType string
 	AggregateID   string
 	EventType     string
@@ -46,7 +50,7 @@ func IDString(id int64) string { return strconv.FormatInt(id, 10) }
 // Publish is called outside any database transaction, concurrently from
 // several goroutines, and may be called again for a message that was already
 // delivered (a lease takeover or a crash before finalize): the receiver must
-// deduplicate on Message.ID.
+// deduplicate on Message.Source + Message.ID (cloudevents.IdempotencyKey).
 type Publisher interface {
 	Publish(ctx context.Context, msg Message) error
 }

@@ -1,10 +1,31 @@
 // Package cloudevents maps an outbox message to CloudEvents 1.0 attributes in
 // binary content mode: the payload travels as the message body and the
-// attributes as transport headers. Consumers deduplicate on id (the outbox id)
-// whatever the transport.
+// attributes as transport headers.
+//
+// # Identity and the idempotency key
+//
+// CloudEvents identifies an event by source + id. The id is the outbox id,
+// unique only within one outbox table; the source names the outbox
+// (dispatcher.Message.Source, by default derived from the database and the
+// table: see dispatcher.DefaultSource). IdempotencyKey combines the two into
+// one string, THE key consumers deduplicate on, whatever the transport:
+//
+//	IdempotencyKey(source, id) = lowercase hex of the first 16 bytes of
+//	                             SHA-256(source), then "-", then id
+//
+// for example "5d0c1d4c2e7a9b3f0e1d2c3b4a596877-41". It never changes across
+// retries and lease takeovers of one event, differs between outboxes, is
+// at most 52 bytes for an outbox id, and uses only [0-9a-f-], so every
+// transport carries it unchanged: JetStream's Nats-Msg-Id (the stream's
+// duplicate window drops a re-publish), the webhook's webhook-id and
+// Idempotency-Key, AMQP's message_id, and Kafka's idempotency_key header. A
+// consumer may equally deduplicate on the pair (source, id) of the
+// CloudEvents attributes; the key is that pair in one bounded string.
 package cloudevents
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -13,7 +34,9 @@ import (
 // SpecVersion is the CloudEvents version emitted.
 const SpecVersion = "1.0"
 
-// DefaultSource is the ce-source used when none is configured.
+// DefaultSource is the ce-source used when neither the publisher nor the
+// message names one (a Message built by hand; the dispatcher always sets
+// Message.Source).
 const DefaultSource = "pgoutbox"
 
 // Attributes are the CloudEvents context attributes of one message.
@@ -21,15 +44,18 @@ type Attributes struct {
 	SpecVersion     string
 	ID              string // outbox id
 	Type            string // event_type
-	Source          string // configurable
+	Source          string // publisher setting, else Message.Source
 	Subject         string // aggregate_id
 	Time            time.Time
 	DataContentType string
 }
 
-// From returns the attributes of msg with the given source (DefaultSource
-// when empty).
+// From returns the attributes of msg. The source is the publisher's own
+// setting when not empty, else msg.Source, else DefaultSource.
 func From(msg dispatcher.Message, source string) Attributes {
+	if source == "" {
+		source = msg.Source
+	}
 	if source == "" {
 		source = DefaultSource
 	}
@@ -59,3 +85,13 @@ func (a Attributes) Map(prefix string) map[string]string {
 		prefix + "datacontenttype": a.DataContentType,
 	}
 }
+
+// IdempotencyKey returns the key consumers deduplicate on for the event id
+// of source (see the package documentation for its form and why).
+func IdempotencyKey(source, id string) string {
+	sum := sha256.Sum256([]byte(source))
+	return hex.EncodeToString(sum[:16]) + "-" + id
+}
+
+// IdempotencyKey returns IdempotencyKey(a.Source, a.ID).
+func (a Attributes) IdempotencyKey() string { return IdempotencyKey(a.Source, a.ID) }

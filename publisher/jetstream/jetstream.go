@@ -3,13 +3,18 @@
 // Every outbox message is published as a CloudEvent in binary content mode
 // (CloudEvents NATS protocol binding): the payload is the message data, and
 // the context attributes travel as "ce-" headers (ce-specversion, ce-id = the
-// outbox id, ce-type = event_type, ce-source = Config.Source, ce-subject =
-// aggregate_id, ce-time = created_at, ce-datacontenttype), their values
+// outbox id, ce-type = event_type, ce-source = Config.Source or
+// else Message.Source, ce-subject = aggregate_id, ce-time = created_at, ce-datacontenttype), their values
 // percent-encoded as the binding requires; "content-type: application/json"
-// is set too. The publisher also sets "Nats-Msg-Id: <outbox id>", so the
-// stream's duplicate window (StreamConfig.Duplicates, two minutes unless
-// configured) drops a re-publish of a message that is already stored, and it
-// waits for the stream's PubAck before reporting success.
+// is set too. The publisher also sets Nats-Msg-Id to the idempotency key
+// cloudevents.IdempotencyKey(ce-source, ce-id), so the stream's duplicate
+// window (StreamConfig.Duplicates, two minutes unless configured) drops a
+// re-publish of a message that is already stored, and it waits for the
+// stream's PubAck before reporting success. The key, not the bare outbox id:
+// two outboxes (two services, or two tables) publishing to one stream both
+// have an event 1, and with the bare id the stream would acknowledge the
+// second as a duplicate and never store it. Consumers deduplicate on the
+// same key (the Nats-Msg-Id header of the stored message).
 //
 // Message.Headers are forwarded as NATS headers, except names that would
 // change the meaning of the message: any name starting with "ce-" or "Nats-"
@@ -97,8 +102,8 @@ const (
 
 // Header names set by the publisher.
 const (
-	// HeaderMsgID is JetStream's deduplication header; its value is the
-	// outbox id.
+	// HeaderMsgID is JetStream's deduplication header; its value is
+	// cloudevents.IdempotencyKey(source, outbox id).
 	HeaderMsgID = natsjs.MsgIDHeader
 	// HeaderContentType carries the payload's media type.
 	HeaderContentType = "content-type"
@@ -135,8 +140,9 @@ type Config struct {
 	// is Permanent.
 	// Defaults to SubjectTemplateDefault, "{{.AggregateType}}.{{.EventType}}".
 	SubjectTemplate string
-	// Source is the CloudEvents source attribute (ce-source). Defaults to
-	// cloudevents.DefaultSource, "pgoutbox".
+	// Source is the CloudEvents source attribute (ce-source), and with the
+	// outbox id the Nats-Msg-Id (cloudevents.IdempotencyKey). Defaults to
+	// "": Message.Source, the per-outbox source the dispatcher sets.
 	Source string
 	// PublishTimeout bounds one Publish, from sending to receiving the
 	// PubAck, within the caller's context. Defaults to 5s.
@@ -181,7 +187,6 @@ var _ interface {
 func (c *Config) applyDefaults() {
 	c.URL = cmp.Or(c.URL, URLDefault)
 	c.SubjectTemplate = cmp.Or(c.SubjectTemplate, SubjectTemplateDefault)
-	c.Source = cmp.Or(c.Source, cloudevents.DefaultSource)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.NoStreamRetryAfter = cmp.Or(c.NoStreamRetryAfter, NoStreamRetryAfterDefault)
 	if c.Logger == nil {
@@ -303,7 +308,7 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 	m := nats.NewMsg(subject)
 	m.Data = msg.Payload
 	m.Header = p.headers(ctx, msg)
-	opts := []natsjs.PublishOpt{natsjs.WithMsgID(msg.ID)}
+	opts := []natsjs.PublishOpt{natsjs.WithMsgID(cloudevents.From(msg, p.cfg.Source).IdempotencyKey())}
 	if p.cfg.ExpectStream != "" {
 		opts = append(opts, natsjs.WithExpectStream(p.cfg.ExpectStream))
 	}

@@ -34,7 +34,9 @@ type Config struct {
 	// rejects a template that fails or renders an invalid topic name.
 	// Defaults to "" (always Topic).
 	TopicTemplate string
-	// Source is the ce_source attribute. Defaults to cloudevents.DefaultSource.
+	// Source is the ce_source attribute, and with the outbox id the
+	// idempotency_key header (cloudevents.IdempotencyKey). Defaults to "":
+	// Message.Source, the per-outbox source the dispatcher sets.
 	Source string
 	// ProduceTimeout bounds the wait for one record's acknowledgement; the
 	// caller's ctx deadline applies as well, whichever ends first. It also

@@ -10,13 +10,16 @@
 //     aggregate id produces a record without a key);
 //   - value: Message.Payload byte for byte;
 //   - headers: the CloudEvents attributes with the Kafka binding's "ce_"
-//     prefix (ce_specversion, ce_id = outbox id, ce_source = Config.Source,
-//     ce_type = event_type, ce_subject = aggregate_id, ce_time =
-//     created_at), then content-type: application/json (the binding carries
-//     datacontenttype there, so no ce_datacontenttype is sent), then
+//     prefix (ce_specversion, ce_id = outbox id, ce_source = Config.Source
+//     or else Message.Source, ce_type = event_type, ce_subject =
+//     aggregate_id, ce_time = created_at), then content-type:
+//     application/json (the binding carries datacontenttype there, so no
+//     ce_datacontenttype is sent), then idempotency_key =
+//     cloudevents.IdempotencyKey(ce_source, ce_id), the key consumers
+//     deduplicate on (ce_id alone repeats between outboxes), then
 //     Message.Headers sorted by name. A message header whose name equals a
-//     reserved one, ignoring case, is dropped: ce_id is the idempotency key
-//     consumers deduplicate on, and a message cannot forge it.
+//     reserved one, ignoring case, is dropped: a message cannot forge its
+//     identity.
 //   - timestamp: the produce time. created_at travels as ce_time rather than
 //     as the record timestamp, so that a message delivered late is not
 //     deleted early by time-based retention.
@@ -30,7 +33,7 @@
 // kgo.AllowIdempotentProduceCancellation, so a record whose deadline passed
 // is failed rather than held until the broker answers. Such a record may
 // still land, and its retry then lands twice: the outbox already delivers
-// at least once, and consumers deduplicate on ce_id. Lingering is off
+// at least once, and consumers deduplicate on idempotency_key. Lingering is off
 // (kgo.ProducerLinger(0), overridable in ClientOptions) because every
 // Publish waits for its record; records queued behind an in-flight request
 // are still batched.

@@ -16,9 +16,13 @@ const cePrefix = "ce_"
 // HeaderContentType carries the CloudEvents datacontenttype.
 const HeaderContentType = "content-type"
 
+// HeaderIdempotencyKey carries cloudevents.IdempotencyKey(ce_source, ce_id),
+// the key consumers deduplicate on.
+const HeaderIdempotencyKey = "idempotency_key"
+
 // ReservedHeaders returns the record header names the publisher owns:
 // ce_specversion, ce_id, ce_source, ce_type, ce_subject, ce_time,
-// ce_datacontenttype and content-type. Message.Headers with these names
+// ce_datacontenttype, content-type and idempotency_key. Message.Headers with these names
 // (ignoring case) are dropped.
 func ReservedHeaders() []string { return slices.Clone(reserved) }
 
@@ -26,7 +30,7 @@ func ReservedHeaders() []string { return slices.Clone(reserved) }
 var ceOrder = []string{"specversion", "id", "source", "type", "subject", "time"}
 
 var reserved = func() []string {
-	names := []string{HeaderContentType}
+	names := []string{HeaderContentType, HeaderIdempotencyKey}
 	for name := range (cloudevents.Attributes{}).Map(cePrefix) {
 		names = append(names, name)
 	}
@@ -47,7 +51,8 @@ func buildRecord(msg dispatcher.Message, topic, source string) *kgo.Record {
 	for _, name := range ceOrder {
 		headers = append(headers, kgo.RecordHeader{Key: cePrefix + name, Value: []byte(ce[cePrefix+name])})
 	}
-	headers = append(headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(attrs.DataContentType)})
+	headers = append(headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(attrs.DataContentType)},
+		kgo.RecordHeader{Key: HeaderIdempotencyKey, Value: []byte(attrs.IdempotencyKey())})
 	names := make([]string, 0, len(msg.Headers))
 	for name := range msg.Headers {
 		if !isReserved(name) {

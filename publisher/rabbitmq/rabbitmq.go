@@ -8,11 +8,12 @@
 // with the "cloudEvents_" prefix (the binding allows "cloudEvents_" and
 // "cloudEvents:" and recommends "_" for JMS compatibility): cloudEvents_id =
 // the outbox id, cloudEvents_type = event_type, cloudEvents_source =
-// Config.Source, cloudEvents_subject = aggregate_id, cloudEvents_time =
+// Config.Source or else Message.Source, cloudEvents_subject = aggregate_id, cloudEvents_time =
 // created_at (RFC 3339 string: an AMQP 0-9-1 timestamp would lose the
 // sub-second part), cloudEvents_specversion. The AMQP properties are set too:
-// message_id = the outbox id (consumers deduplicate on it: a re-publish
-// carries the same message_id), type = event_type, timestamp = created_at,
+// message_id = cloudevents.IdempotencyKey(source, outbox id), the key
+// consumers deduplicate on (a re-publish carries the same message_id; the
+// bare outbox id would collide between outboxes sharing a broker), type = event_type, timestamp = created_at,
 // delivery_mode = persistent.
 //
 // Message.Headers are forwarded as application headers, except names
@@ -152,8 +153,10 @@ type Config struct {
 	// messages are dropped by the broker and Publish returns nil. Set it
 	// with new(false). Defaults to true (nil).
 	Mandatory *bool
-	// Source is the CloudEvents source attribute (cloudEvents_source).
-	// Defaults to cloudevents.DefaultSource, "pgoutbox".
+	// Source is the CloudEvents source attribute (cloudEvents_source), and
+	// with the outbox id the message_id (cloudevents.IdempotencyKey).
+	// Defaults to "": Message.Source, the per-outbox source the dispatcher
+	// sets.
 	Source string
 	// ConfirmTimeout bounds one Publish, including a reconnection, the
 	// publish and the wait for the broker's confirm, within the caller's
@@ -217,7 +220,6 @@ type channel struct {
 func (c *Config) applyDefaults() {
 	c.URL = cmp.Or(c.URL, URLDefault)
 	c.RoutingKeyTemplate = cmp.Or(c.RoutingKeyTemplate, RoutingKeyTemplateDefault)
-	c.Source = cmp.Or(c.Source, cloudevents.DefaultSource)
 	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, ConfirmTimeoutDefault)
 	c.DialTimeout = cmp.Or(c.DialTimeout, DialTimeoutDefault)
 	c.ReconnectDelay = cmp.Or(c.ReconnectDelay, ReconnectDelayDefault)
@@ -343,7 +345,7 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 		// resolves the confirm: if there is one, it is there now.
 		select {
 		case r, ok := <-ch.returns:
-			if ok && r.MessageId == msg.ID {
+			if ok && r.MessageId == pub.MessageId {
 				p.release(c, ch)
 				return dispatcher.Permanent(fmt.Errorf("%w: exchange %q, routing key %q: %d %s (bind a queue for the key, or set an alternate exchange)",
 					ErrUnroutable, p.cfg.Exchange, key, r.ReplyCode, r.ReplyText))
@@ -439,7 +441,7 @@ func (p *Publisher) publishing(ctx context.Context, msg dispatcher.Message) amqp
 		Headers:      headers,
 		ContentType:  attrs.DataContentType,
 		DeliveryMode: amqp.Persistent,
-		MessageId:    msg.ID,
+		MessageId:    attrs.IdempotencyKey(),
 		Timestamp:    msg.CreatedAt,
 		Type:         msg.EventType,
 		Body:         msg.Payload,

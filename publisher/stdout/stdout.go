@@ -22,8 +22,8 @@ type Config struct {
 	// CloudEvents adds the "ce" object (the message's CloudEvents
 	// attributes) to every line. Defaults to false.
 	CloudEvents bool
-	// Source is the CloudEvents source in the "ce" object. Defaults to
-	// cloudevents.DefaultSource.
+	// Source is the CloudEvents source in the "ce" object. Defaults to "":
+	// Message.Source, the per-outbox source the dispatcher sets.
 	Source string
 }
 
