@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 	"github.com/pgoutbox/pgoutbox/publisher/webhook"
 )
 
@@ -35,21 +36,20 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	at := time.Now()
 	relay := strings.TrimPrefix(req.URL.Path, "/r/")
 	body, _ := io.ReadAll(io.LimitReader(req.Body, 1<<20))
-	id, err := strconv.ParseInt(req.Header.Get(webhook.HeaderIdempotencyKey), 10, 64)
+	id, err := strconv.ParseInt(req.Header.Get("ce-id"), 10, 64)
 	if err != nil {
-		http.Error(w, "no idempotency key", http.StatusBadRequest)
+		http.Error(w, "no ce-id", http.StatusBadRequest)
 		return
 	}
-	if req.Header.Get("ce-id") != req.Header.Get(webhook.HeaderIdempotencyKey) {
-		http.Error(w, "ce-id differs from Idempotency-Key", http.StatusBadRequest)
+	if req.Header.Get(webhook.HeaderIdempotencyKey) != cloudevents.IdempotencyKey(req.Header.Get("ce-source"), req.Header.Get("ce-id")) {
+		http.Error(w, "Idempotency-Key is not the key of ce-source and ce-id", http.StatusBadRequest)
 		return
 	}
 	fate := req.Header.Get("X-Chaos-Fate")
 	tx := req.Header.Get("X-Chaos-Tx")
 	d := Delivery{ID: id, Relay: relay, At: at, Tx: tx}
 
-	if webhook.Verify(r.secret, req.Header.Get(webhook.HeaderTimestamp), string(body),
-		req.Header.Get(webhook.HeaderSignature), time.Now(), 0) != nil {
+	if webhook.Verify(r.secret, req.Header, body, time.Now(), 0) != nil {
 		r.mu.Lock()
 		r.badSig++
 		d.Status = http.StatusUnauthorized

@@ -132,8 +132,7 @@ func fate(id string, ordered bool) int {
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	id := req.Header.Get("Idempotency-Key")
-	if err := webhook.Verify("demo-secret", req.Header.Get(webhook.HeaderTimestamp), readAll(req),
-		req.Header.Get(webhook.HeaderSignature), time.Now(), 0); err != nil {
+	if err := webhook.Verify("demo-secret", req.Header, readAll(req), time.Now(), 0); err != nil {
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
 	}
@@ -161,9 +160,9 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(status)
 }
 
-func readAll(req *http.Request) string {
+func readAll(req *http.Request) []byte {
 	b, _ := io.ReadAll(io.LimitReader(req.Body, 1<<20))
-	return string(b)
+	return b
 }
 
 // ---- orchestration ----------------------------------------------------------

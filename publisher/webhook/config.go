@@ -27,10 +27,20 @@ type Config struct {
 	// URL receives every message as a POST. It must be an absolute http or
 	// https URL with a host. Required.
 	URL string
-	// Secret, when set, signs every request with HMAC-SHA256 (see Sign and
-	// Verify). It never appears in errors or logs. Defaults to "" (unsigned).
+	// Secret, when set, signs every request the Standard Webhooks way
+	// (webhook-id, webhook-timestamp, webhook-signature; see Verify): either
+	// "whsec_" + base64 of the key bytes, as Standard Webhooks secrets are
+	// written, or any other string, used as raw key bytes. It never appears
+	// in errors or logs. Defaults to "" (unsigned).
 	Secret string
-	// Source is the ce-source attribute. Defaults to cloudevents.DefaultSource.
+	// PreviousSecrets are signed with too, while a secret is rotated: every
+	// request then carries one signature per secret, and receivers accept
+	// either until they have all switched to Secret. Requires Secret.
+	// Defaults to none.
+	PreviousSecrets []string
+	// Source is the ce-source attribute, and with the outbox id the
+	// idempotency key (webhook-id, Idempotency-Key). Defaults to "":
+	// Message.Source, the per-outbox source the dispatcher sets.
 	Source string
 	// Timeout bounds one request, from dialing to the end of the response
 	// headers and the bounded read of its body; the dispatcher's ctx deadline
@@ -79,6 +89,9 @@ func (c Config) validate() (*url.URL, error) {
 	}
 	if u.Host == "" || u.Hostname() == "" {
 		return nil, invalid("URL has no host")
+	}
+	if len(c.PreviousSecrets) > 0 && c.Secret == "" {
+		return nil, invalid("PreviousSecrets requires Secret")
 	}
 	if c.Timeout < 0 {
 		return nil, invalid("Timeout must not be negative, got %s", c.Timeout)

@@ -6,26 +6,45 @@
 // The body is Message.Payload byte for byte, with Content-Type:
 // application/json. The CloudEvents attributes travel as "ce-" headers
 // (ce-specversion, ce-id = outbox id, ce-type = event_type, ce-source =
-// Config.Source, ce-subject = aggregate_id, ce-time = created_at), their
-// values percent-encoded as the CloudEvents HTTP binding requires;
-// datacontenttype is the Content-Type header, so no ce-datacontenttype is
-// sent. Idempotency-Key carries the outbox id too: it never changes across
-// retries, so the receiver deduplicates on it (or on ce-id).
+// Config.Source or else Message.Source, ce-subject = aggregate_id, ce-time =
+// created_at), their values percent-encoded as the CloudEvents HTTP binding
+// requires; datacontenttype is the Content-Type header, so no
+// ce-datacontenttype is sent. webhook-id (Standard Webhooks) and
+// Idempotency-Key both carry cloudevents.IdempotencyKey(ce-source, ce-id):
+// the key the receiver deduplicates on. It never changes across retries of
+// one event and differs between outboxes (ce-id alone does not: every
+// outbox has an event 1).
 //
 // Headers are layered so that a message can never forge what identifies it:
 // Message.Headers first, then Config.Headers (the operator's static headers,
 // such as Authorization, win over a producer's), then the reserved headers
-// above and, when Config.Secret is set, Webhook-Timestamp and
-// Webhook-Signature. A message header whose name is reserved (see
+// above and, when Config.Secret is set, webhook-timestamp and
+// webhook-signature. A message header whose name is reserved (see
 // ReservedHeaders) or that net/http sets itself (Host, Content-Length,
 // Transfer-Encoding, Connection) is dropped.
 //
 // # Signature
 //
-// With Config.Secret set, every request carries Webhook-Timestamp (Unix
-// seconds) and Webhook-Signature: v1=<hex HMAC-SHA256(secret, timestamp + "."
-// + body)>. Receivers check it with Verify, which also rejects timestamps
-// outside a tolerance window to limit replays.
+// With Config.Secret set, requests are signed the Standard Webhooks way
+// (https://www.standardwebhooks.com): webhook-timestamp is the Unix time in
+// seconds, and webhook-signature a space-separated list holding, for each
+// secret (Config.Secret, then Config.PreviousSecrets while rotating):
+//
+//	v1,<base64 HMAC-SHA256(key, webhook-id + "." + webhook-timestamp + "." + body)>
+//	v1ce,<base64 HMAC-SHA256(key, webhook-id + "." + webhook-timestamp + "." +
+//	      ce-specversion + "\n" + ce-id + "\n" + ce-source + "\n" +
+//	      ce-type + "\n" + ce-subject + "\n" + ce-time + "\n" + body)>
+//
+// The key is the base64-decoded part of a "whsec_" secret, or the secret's
+// bytes as they are. v1 is what every Standard Webhooks library verifies; v1ce
+// is pgoutbox's companion, ignored by those libraries, that also covers the
+// CloudEvents headers (header values as sent, percent-encoded), because in
+// binary content mode the event's type and subject travel outside the body.
+// Verify checks both, the presence of webhook-id and a timestamp tolerance
+// (5 minutes unless given), so that neither a replay with another ce-id or
+// ce-type nor a stale replay verifies; receivers deduplicate on webhook-id
+// to drop replays within the window. docs/webhooks.md shows the same check
+// in Python and Node.
 //
 // # Error mapping
 //

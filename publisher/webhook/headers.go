@@ -12,12 +12,17 @@ import (
 
 // Header names the publisher sets on every request.
 const (
-	// HeaderIdempotencyKey carries the outbox id.
+	// HeaderIdempotencyKey carries cloudevents.IdempotencyKey(ce-source,
+	// ce-id), the key receivers deduplicate on (the same value as HeaderID).
 	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderID is the Standard Webhooks webhook-id: the idempotency key,
+	// the same on every retry of one event. It is signed.
+	HeaderID = "Webhook-Id"
 	// HeaderTimestamp carries the signing time in Unix seconds (signed
 	// requests only).
 	HeaderTimestamp = "Webhook-Timestamp"
-	// HeaderSignature carries "v1=<hex HMAC-SHA256>" (signed requests only).
+	// HeaderSignature carries the space-separated signatures "v1,<base64>"
+	// and "v1ce,<base64>" for each secret (signed requests only; see Verify).
 	HeaderSignature = "Webhook-Signature"
 )
 
@@ -25,14 +30,14 @@ const (
 const cePrefix = "ce-"
 
 // ReservedHeaders returns the canonical names of the headers the publisher
-// owns: Content-Type, Idempotency-Key, Webhook-Timestamp, Webhook-Signature
-// and the CloudEvents attributes (Ce-Specversion, Ce-Id, Ce-Type, Ce-Source,
+// owns: Content-Type, Idempotency-Key, Webhook-Id, Webhook-Timestamp,
+// Webhook-Signature and the CloudEvents attributes (Ce-Specversion, Ce-Id, Ce-Type, Ce-Source,
 // Ce-Subject, Ce-Time, Ce-Datacontenttype). Message.Headers with these names
 // are dropped; Config.Headers with these names are rejected by New.
 func ReservedHeaders() []string { return slices.Clone(reserved) }
 
 var reserved = func() []string {
-	names := []string{"Content-Type", HeaderIdempotencyKey, HeaderTimestamp, HeaderSignature}
+	names := []string{"Content-Type", HeaderIdempotencyKey, HeaderID, HeaderTimestamp, HeaderSignature}
 	for name := range (cloudevents.Attributes{}).Map(cePrefix) {
 		names = append(names, http.CanonicalHeaderKey(name))
 	}
@@ -83,7 +88,9 @@ func buildHeader(msg dispatcher.Message, static map[string]string, source string
 		h.Set(name, encodeCEValue(value))
 	}
 	h.Set("Content-Type", attrs.DataContentType)
-	h.Set(HeaderIdempotencyKey, msg.ID)
+	key := attrs.IdempotencyKey()
+	h.Set(HeaderIdempotencyKey, key)
+	h.Set(HeaderID, key)
 	return h, nil
 }
 

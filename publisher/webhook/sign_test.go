@@ -3,54 +3,133 @@ package webhook
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 )
 
-func TestSign_IsHexHMACOfTimestampDotBody(t *testing.T) {
+func TestSign_MatchesStandardWebhooksTestVector(t *testing.T) {
 	t.Parallel()
-	// echo -n '1700000000.{"a":1}' | openssl dgst -sha256 -hmac secret
-	got := Sign("secret", "1700000000", []byte(`{"a":1}`))
-	want := "v1=49f24e537407743fa4a0242bb63b94b9a47ee99cbbe071ccd8a22550ae411686"
-	if got != want {
+	// The example of the Standard Webhooks reference libraries.
+	got, err := Sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330",
+		[]byte(`{"test": 2432232314}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
 		t.Fatalf("Sign = %q, want %q", got, want)
 	}
+}
+
+func TestSign_RawSecretIsKeyBytesAndMalformedWhsecFails(t *testing.T) {
+	t.Parallel()
+	// printf '1.1700000000.{"a":1}' | openssl dgst -sha256 -hmac secret -binary | base64
+	got, err := Sign("secret", "1", "1700000000", []byte(`{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "v1,8HErMLa71H0jVoOW4HEdJdsQtsR9maLty+MOQ6TvU80="; got != want {
+		t.Fatalf("Sign = %q, want %q", got, want)
+	}
+	if _, err := Sign("whsec_not base64!", "1", "1700000000", nil); !errors.Is(err, ErrInvalidSecret) {
+		t.Fatalf("Sign with a malformed whsec_ secret = %v, want ErrInvalidSecret", err)
+	}
+}
+
+// signedHeader is what the publisher sends for event 41 (OrderPaid) at now.
+func signedHeader(t *testing.T, secrets []string, now time.Time, body []byte) http.Header {
+	t.Helper()
+	h := http.Header{}
+	h.Set("Ce-Specversion", "1.0")
+	h.Set("Ce-Id", "41")
+	h.Set("Ce-Source", "urn:shop")
+	h.Set("Ce-Type", "OrderPaid")
+	h.Set("Ce-Subject", "o-1")
+	h.Set("Ce-Time", "2026-11-29T10:00:00Z")
+	h.Set(HeaderID, cloudevents.IdempotencyKey("urn:shop", "41"))
+	ts := strconv.FormatInt(now.Unix(), 10)
+	h.Set(HeaderTimestamp, ts)
+	var keys [][]byte
+	for _, s := range secrets {
+		k, err := secretKey(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	h.Set(HeaderSignature, signatures(keys, h.Get(HeaderID), ts, h, body))
+	return h
 }
 
 func TestVerify(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
-	ts := strconv.FormatInt(now.Unix(), 10)
-	body := `{"order_id":"o-1"}`
-	sig := Sign("secret", ts, []byte(body))
+	body := []byte(`{"order_id":"o-1"}`)
+	const whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	tests := []struct {
-		name      string
-		secret    string
-		timestamp string
-		body      string
-		signature string
-		now       time.Time
-		wantErr   error
+		name    string
+		secret  string
+		signers []string // secrets the request is signed with
+		change  func(h http.Header)
+		body    string
+		now     time.Time
+		wantErr error
 	}{
-		{name: "valid signature", secret: "secret", timestamp: ts, body: body, signature: sig, now: now},
-		{name: "valid within tolerance", secret: "secret", timestamp: ts, body: body, signature: sig, now: now.Add(4 * time.Minute)},
-		{name: "one of several signatures matches (rotation)", secret: "secret", timestamp: ts, body: body, signature: Sign("old", ts, []byte(body)) + " " + sig, now: now},
-		{name: "tampered body", secret: "secret", timestamp: ts, body: `{"order_id":"o-2"}`, signature: sig, now: now, wantErr: ErrSignatureMismatch},
-		{name: "wrong secret", secret: "other", timestamp: ts, body: body, signature: sig, now: now, wantErr: ErrSignatureMismatch},
-		{name: "timestamp swapped", secret: "secret", timestamp: strconv.FormatInt(now.Unix()+1, 10), body: body, signature: sig, now: now, wantErr: ErrSignatureMismatch},
-		{name: "stale timestamp", secret: "secret", timestamp: ts, body: body, signature: sig, now: now.Add(6 * time.Minute), wantErr: ErrTimestampOutOfTolerance},
-		{name: "future timestamp", secret: "secret", timestamp: ts, body: body, signature: sig, now: now.Add(-6 * time.Minute), wantErr: ErrTimestampOutOfTolerance},
-		{name: "non-numeric timestamp", secret: "secret", timestamp: "yesterday", body: body, signature: sig, now: now, wantErr: ErrInvalidTimestamp},
-		{name: "missing signature", secret: "secret", timestamp: ts, body: body, signature: "", now: now, wantErr: ErrNoSignature},
-		{name: "unknown scheme only", secret: "secret", timestamp: ts, body: body, signature: "v0=abc", now: now, wantErr: ErrNoSignature},
-		{name: "malformed hex", secret: "secret", timestamp: ts, body: body, signature: "v1=zz", now: now, wantErr: ErrSignatureMismatch},
+		{name: "valid signature", secret: "secret", now: now},
+		{name: "valid whsec secret", secret: whsec, signers: []string{whsec}, now: now},
+		{name: "valid within tolerance", secret: "secret", now: now.Add(4 * time.Minute)},
+		{name: "signed with old and new secret (rotation), verified with the old", secret: "old", signers: []string{"new", "old"}, now: now},
+		{name: "signed with old and new secret (rotation), verified with the new", secret: "new", signers: []string{"new", "old"}, now: now},
+		{name: "tampered body", secret: "secret", body: `{"order_id":"o-2"}`, now: now, wantErr: ErrSignatureMismatch},
+		{name: "wrong secret", secret: "other", now: now, wantErr: ErrSignatureMismatch},
+		{name: "replay with another ce-id and ce-type", secret: "secret", now: now, wantErr: ErrSignatureMismatch,
+			change: func(h http.Header) { h.Set("Ce-Id", "999"); h.Set("Ce-Type", "OrderRefunded") }},
+		{name: "replay with another ce-type only", secret: "secret", now: now, wantErr: ErrSignatureMismatch,
+			change: func(h http.Header) { h.Set("Ce-Type", "OrderRefunded") }},
+		{name: "replay with another ce-source", secret: "secret", now: now, wantErr: ErrSignatureMismatch,
+			change: func(h http.Header) { h.Set("Ce-Source", "urn:other") }},
+		{name: "replay with another webhook-id", secret: "secret", now: now, wantErr: ErrSignatureMismatch,
+			change: func(h http.Header) { h.Set(HeaderID, cloudevents.IdempotencyKey("urn:shop", "999")) }},
+		{name: "timestamp swapped", secret: "secret", now: now, wantErr: ErrSignatureMismatch,
+			change: func(h http.Header) { h.Set(HeaderTimestamp, strconv.FormatInt(now.Unix()+1, 10)) }},
+		{name: "stale timestamp", secret: "secret", now: now.Add(6 * time.Minute), wantErr: ErrTimestampOutOfTolerance},
+		{name: "future timestamp", secret: "secret", now: now.Add(-6 * time.Minute), wantErr: ErrTimestampOutOfTolerance},
+		{name: "non-numeric timestamp", secret: "secret", now: now, wantErr: ErrInvalidTimestamp,
+			change: func(h http.Header) { h.Set(HeaderTimestamp, "yesterday") }},
+		{name: "missing webhook-id", secret: "secret", now: now, wantErr: ErrNoID,
+			change: func(h http.Header) { h.Del(HeaderID) }},
+		{name: "missing signature", secret: "secret", now: now, wantErr: ErrNoSignature,
+			change: func(h http.Header) { h.Del(HeaderSignature) }},
+		{name: "unknown scheme only", secret: "secret", now: now, wantErr: ErrNoSignature,
+			change: func(h http.Header) { h.Set(HeaderSignature, "v0,abc v1=abc") }},
+		{name: "v1 only (CloudEvents headers unsigned)", secret: "secret", now: now, wantErr: ErrNoSignature,
+			change: func(h http.Header) {
+				h.Set(HeaderSignature, strings.Fields(h.Get(HeaderSignature))[0])
+			}},
+		{name: "malformed base64", secret: "secret", now: now, wantErr: ErrSignatureMismatch,
+			change: func(h http.Header) { h.Set(HeaderSignature, "v1,zz v1ce,!!") }},
+		{name: "malformed whsec secret", secret: "whsec_%%%", now: now, wantErr: ErrInvalidSecret},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := Verify(tt.secret, tt.timestamp, tt.body, tt.signature, tt.now, 0)
+			signers := tt.signers
+			if signers == nil {
+				signers = []string{"secret"}
+			}
+			h := signedHeader(t, signers, now, body)
+			if tt.change != nil {
+				tt.change(h)
+			}
+			got := body
+			if tt.body != "" {
+				got = []byte(tt.body)
+			}
+			err := Verify(tt.secret, h, got, tt.now, 0)
 			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
 				t.Fatalf("Verify = %v, want %v", err, tt.wantErr)
 			}
@@ -61,23 +140,68 @@ func TestVerify(t *testing.T) {
 	}
 }
 
-func TestPublish_SignedRequestVerifiesAndTamperedBodyFails(t *testing.T) {
+func TestVerify_ToleranceIsConfigurable(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	h := signedHeader(t, []string{"secret"}, now, nil)
+	if err := Verify("secret", h, nil, now.Add(30*time.Second), 10*time.Second); !errors.Is(err, ErrTimestampOutOfTolerance) {
+		t.Fatalf("Verify 30s late with a 10s tolerance = %v, want ErrTimestampOutOfTolerance", err)
+	}
+	if err := Verify("secret", h, nil, now.Add(30*time.Minute), time.Hour); err != nil {
+		t.Fatalf("Verify 30m late with a 1h tolerance = %v", err)
+	}
+}
+
+func TestPublish_SignedRequestVerifiesAndTamperedRequestsFail(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, nil)
 	now := time.Now()
-	p := newPublisher(t, Config{URL: rc.URL, Secret: "s3cret"})
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	p := newPublisher(t, Config{URL: rc.URL, Secret: secret, PreviousSecrets: []string{"old-raw-secret"}})
 
-	if err := p.Publish(context.Background(), testMessage()); err != nil {
+	msg := testMessage()
+	if err := p.Publish(context.Background(), msg); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 
 	r := rc.received()[0]
-	ts, sig := r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderSignature)
-	if err := Verify("s3cret", ts, string(r.Body), sig, now, time.Minute); err != nil {
-		t.Fatalf("Verify on the delivered request: %v", err)
+	key := cloudevents.From(msg, "").IdempotencyKey()
+	if got := r.Header.Get(HeaderID); got != key {
+		t.Fatalf("webhook-id = %q, want the idempotency key %q", got, key)
 	}
-	tampered := string(r.Body[:len(r.Body)-1]) + " }"
-	if err := Verify("s3cret", ts, tampered, sig, now, time.Minute); !errors.Is(err, ErrSignatureMismatch) {
+	if got := len(strings.Fields(r.Header.Get(HeaderSignature))); got != 4 {
+		t.Fatalf("webhook-signature has %d entries, want v1 and v1ce for each of 2 secrets: %q", got, r.Header.Get(HeaderSignature))
+	}
+	for _, s := range []string{secret, "old-raw-secret"} {
+		if err := Verify(s, r.Header, r.Body, now, time.Minute); err != nil {
+			t.Fatalf("Verify on the delivered request: %v", err)
+		}
+	}
+	tampered := append(r.Body[:len(r.Body)-1:len(r.Body)-1], []byte(" }")...)
+	if err := Verify(secret, r.Header, tampered, now, time.Minute); !errors.Is(err, ErrSignatureMismatch) {
 		t.Fatalf("Verify on a tampered body = %v, want ErrSignatureMismatch", err)
+	}
+	forged := r.Header.Clone()
+	forged.Set("Ce-Id", "999")
+	forged.Set("Ce-Type", "OrderRefunded")
+	if err := Verify(secret, forged, r.Body, now, time.Minute); !errors.Is(err, ErrSignatureMismatch) {
+		t.Fatalf("Verify with ce-id and ce-type changed = %v, want ErrSignatureMismatch", err)
+	}
+}
+
+func TestNew_RejectsMalformedSecretsNamingTheField(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []Config{
+		{URL: "http://example.com", Secret: "whsec_***"},
+		{URL: "http://example.com", Secret: "ok", PreviousSecrets: []string{"whsec_"}},
+		{URL: "http://example.com", PreviousSecrets: []string{"old"}},
+	} {
+		_, err := New(cfg)
+		if err == nil || !strings.Contains(err.Error(), "Secret") {
+			t.Errorf("New(%+v) = %v, want an error naming the secret field", cfg.PreviousSecrets, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "***") {
+			t.Errorf("error %q repeats the secret", err)
+		}
 	}
 }

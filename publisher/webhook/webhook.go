@@ -19,6 +19,7 @@ type Publisher struct {
 	url       *url.URL
 	client    *http.Client
 	ownClient bool
+	keys      [][]byte // HMAC keys: Secret, then PreviousSecrets
 	now       func() time.Time
 }
 
@@ -36,6 +37,20 @@ func New(cfg Config) (*Publisher, error) {
 		return nil, err
 	}
 	p := &Publisher{cfg: cfg, url: u, now: time.Now}
+	for i, secret := range append([]string{cfg.Secret}, cfg.PreviousSecrets...) {
+		if secret == "" {
+			continue
+		}
+		key, err := secretKey(secret)
+		if err != nil {
+			field := "Secret"
+			if i > 0 {
+				field = fmt.Sprintf("PreviousSecrets[%d]", i-1)
+			}
+			return nil, invalid("%s: starts with %q but the rest is not base64 of a key", field, SecretPrefix)
+		}
+		p.keys = append(p.keys, key)
+	}
 	if cfg.Client == nil {
 		p.client = &http.Client{Transport: defaultTransport()}
 		p.ownClient = true
@@ -63,10 +78,10 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 		return dispatcher.Permanent(err)
 	}
 	body := []byte(msg.Payload)
-	if p.cfg.Secret != "" {
+	if len(p.keys) > 0 {
 		ts := strconv.FormatInt(p.now().Unix(), 10)
 		header.Set(HeaderTimestamp, ts)
-		header.Set(HeaderSignature, Sign(p.cfg.Secret, ts, body))
+		header.Set(HeaderSignature, signatures(p.keys, header.Get(HeaderID), ts, header, body))
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 )
 
 // received is one request as the test receiver saw it.
@@ -123,7 +124,8 @@ func TestPublish_SuccessPostsExactPayloadWithCloudEventsHeaders(t *testing.T) {
 		"Ce-Source":       "urn:shop",
 		"Ce-Subject":      "o-1",
 		"Ce-Time":         "2026-11-29T10:00:00.123Z",
-		"Idempotency-Key": "42",
+		"Idempotency-Key": cloudevents.IdempotencyKey("urn:shop", "42"),
+		"Webhook-Id":      cloudevents.IdempotencyKey("urn:shop", "42"),
 		"Traceparent":     msg.Headers["traceparent"],
 	}
 	for name, value := range want {
@@ -138,15 +140,26 @@ func TestPublish_SuccessPostsExactPayloadWithCloudEventsHeaders(t *testing.T) {
 	}
 }
 
-func TestPublish_DefaultSourceIsPgoutbox(t *testing.T) {
+func TestPublish_DefaultSourceIsTheMessageSourceElsePgoutbox(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, nil)
 	p := newPublisher(t, Config{URL: rc.URL})
 	if err := p.Publish(context.Background(), testMessage()); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	if got := rc.received()[0].Header.Get("Ce-Source"); got != "pgoutbox" {
-		t.Fatalf("ce-source = %q, want pgoutbox", got)
+	msg := testMessage()
+	msg.Source = "pgoutbox://db:5432/app/public.outbox"
+	if err := p.Publish(context.Background(), msg); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	for i, want := range []string{"pgoutbox", msg.Source} {
+		h := rc.received()[i].Header
+		if got := h.Get("Ce-Source"); got != want {
+			t.Fatalf("request %d: ce-source = %q, want %q", i, got, want)
+		}
+		if got, key := h.Get(HeaderIdempotencyKey), cloudevents.IdempotencyKey(want, "42"); got != key {
+			t.Fatalf("request %d: Idempotency-Key = %q, want %q", i, got, key)
+		}
 	}
 }
 
@@ -164,8 +177,9 @@ func TestPublish_MessageHeadersNeverOverrideReservedOrStaticHeaders(t *testing.T
 		"CE-TYPE":           "Forged",
 		"ce-source":         "forged",
 		"Idempotency-Key":   "forged",
+		"webhook-id":        "forged",
 		"content-type":      "text/plain",
-		"Webhook-Signature": "v1=forged",
+		"Webhook-Signature": "v1,forged",
 		"Authorization":     "Bearer producer",
 		"Content-Length":    "1",
 		"X-Tenant":          "acme",
@@ -180,7 +194,8 @@ func TestPublish_MessageHeadersNeverOverrideReservedOrStaticHeaders(t *testing.T
 		"Ce-Id":           "42",
 		"Ce-Type":         "OrderPaid",
 		"Ce-Source":       "pgoutbox",
-		"Idempotency-Key": "42",
+		"Idempotency-Key": cloudevents.IdempotencyKey("pgoutbox", "42"),
+		"Webhook-Id":      cloudevents.IdempotencyKey("pgoutbox", "42"),
 		"Content-Type":    "application/json",
 		"Authorization":   "Bearer operator",
 		"X-Tenant":        "acme",
@@ -190,7 +205,7 @@ func TestPublish_MessageHeadersNeverOverrideReservedOrStaticHeaders(t *testing.T
 			t.Errorf("header %s = %q, want [%q]", name, got, value)
 		}
 	}
-	if got := h.Get(HeaderSignature); got == "v1=forged" || !strings.HasPrefix(got, "v1=") {
+	if got := h.Get(HeaderSignature); got == "v1,forged" || !strings.HasPrefix(got, "v1,") {
 		t.Errorf("signature = %q, want the publisher's", got)
 	}
 }
@@ -454,12 +469,13 @@ func TestPublish_RepublishCarriesSameIdempotencyKeyAndID(t *testing.T) {
 	// A receiver deduplicating on Idempotency-Key applies the event once.
 	applied := map[string]int{}
 	for _, r := range rc.received() {
-		if r.Header.Get("Idempotency-Key") != r.Header.Get("Ce-Id") {
-			t.Fatalf("Idempotency-Key %q != ce-id %q", r.Header.Get("Idempotency-Key"), r.Header.Get("Ce-Id"))
+		if key := cloudevents.IdempotencyKey(r.Header.Get("Ce-Source"), r.Header.Get("Ce-Id")); r.Header.Get("Idempotency-Key") != key || r.Header.Get(HeaderID) != key {
+			t.Fatalf("Idempotency-Key %q, webhook-id %q, want the key of ce-source and ce-id %q",
+				r.Header.Get("Idempotency-Key"), r.Header.Get(HeaderID), key)
 		}
 		applied[r.Header.Get("Idempotency-Key")]++
 	}
-	if diff := cmp.Diff(map[string]int{"42": 3}, applied); diff != "" {
+	if diff := cmp.Diff(map[string]int{cloudevents.IdempotencyKey("pgoutbox", "42"): 3}, applied); diff != "" {
 		t.Fatalf("deliveries by key (-want +got):\n%s", diff)
 	}
 }
@@ -517,7 +533,7 @@ func TestPublish_ReceiverDownThenBackIsRetriedAndDelivered(t *testing.T) {
 func keys(reqs []received) []string {
 	var out []string
 	for _, r := range reqs {
-		out = append(out, r.Header.Get("Idempotency-Key"))
+		out = append(out, r.Header.Get("Ce-Id"))
 	}
 	return out
 }
