@@ -13,9 +13,10 @@
 //	IdempotencyKey(source, id) = lowercase hex of the first 16 bytes of
 //	                             SHA-256(source), then "-", then id
 //
-// for example "5d0c1d4c2e7a9b3f0e1d2c3b4a596877-41". It never changes across
-// retries and lease takeovers of one event, differs between outboxes, is
-// at most 52 bytes for an outbox id, and uses only [0-9a-f-], so every
+// for example "75da0dad8c346ed92e3988b3ff910557-41" for source "urn:shop"
+// and id 41. It never changes across retries and lease takeovers of one
+// event, differs between outboxes, is at most 52 bytes for an outbox id,
+// and uses only [0-9a-f-], so every
 // transport carries it unchanged: JetStream's Nats-Msg-Id (the stream's
 // duplicate window drops a re-publish), the webhook's webhook-id and
 // Idempotency-Key, AMQP's message_id, and Kafka's idempotency_key header. A

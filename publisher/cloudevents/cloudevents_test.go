@@ -31,3 +31,36 @@ func TestFrom_MapsOutboxColumnsToAttributes(t *testing.T) {
 		t.Fatalf("source = %q", got)
 	}
 }
+
+func TestFrom_SourceIsThePublishersElseTheMessagesElseDefault(t *testing.T) {
+	t.Parallel()
+	msg := dispatcher.Message{ID: "1", Source: "pgoutbox://db:5432/app/public.outbox"}
+	if got := From(msg, "").Source; got != msg.Source {
+		t.Fatalf("source = %q, want the message's", got)
+	}
+	if got := From(msg, "urn:shop").Source; got != "urn:shop" {
+		t.Fatalf("source = %q, want the publisher's", got)
+	}
+	if got := From(dispatcher.Message{ID: "1"}, "").Source; got != DefaultSource {
+		t.Fatalf("source = %q, want %q", got, DefaultSource)
+	}
+}
+
+func TestIdempotencyKey_IsStablePerEventAndDiffersBetweenOutboxes(t *testing.T) {
+	t.Parallel()
+	// printf %s urn:shop | sha256sum | cut -c1-32
+	if got, want := IdempotencyKey("urn:shop", "41"), "75da0dad8c346ed92e3988b3ff910557-41"; got != want {
+		t.Fatalf("IdempotencyKey = %q, want %q", got, want)
+	}
+	a := IdempotencyKey("pgoutbox://db:5432/app/public.outbox", "1")
+	b := IdempotencyKey("pgoutbox://db:5432/app/public.billing_outbox", "1")
+	if a == b {
+		t.Fatalf("two outboxes' event 1 share the key %q", a)
+	}
+	if IdempotencyKey("urn:a", "12") == IdempotencyKey("urn:a1", "2") {
+		t.Fatal("keys are ambiguous")
+	}
+	if got := From(dispatcher.Message{ID: "41"}, "urn:shop").IdempotencyKey(); got != IdempotencyKey("urn:shop", "41") {
+		t.Fatalf("Attributes.IdempotencyKey = %q", got)
+	}
+}

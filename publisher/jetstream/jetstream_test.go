@@ -23,6 +23,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 	"github.com/pgoutbox/pgoutbox/internal/testlog"
+	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 )
 
 // natsURL is the test server: NATS_URL, or a local nats-server -js.
@@ -165,7 +166,7 @@ func TestPublish_StoresCloudEventWithMsgIDHeader(t *testing.T) {
 		t.Fatalf("data = %s", got.Data)
 	}
 	wantHeaders := map[string]string{
-		"Nats-Msg-Id":        "42",
+		"Nats-Msg-Id":        cloudevents.IdempotencyKey("urn:shop", "42"),
 		"ce-specversion":     "1.0",
 		"ce-id":              "42",
 		"ce-type":            "OrderPaid",

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 )
 
 const testTopic = "orders"
@@ -124,14 +125,15 @@ func TestPublish_ProducesCloudEventRecordKeyedByAggregate(t *testing.T) {
 		t.Errorf("value = %s, want %s", r.Value, msg.Payload)
 	}
 	want := map[string]string{
-		"ce_specversion": "1.0",
-		"ce_id":          "42",
-		"ce_source":      "urn:shop",
-		"ce_type":        "OrderPaid",
-		"ce_subject":     "o-1",
-		"ce_time":        "2026-11-29T10:00:00.123Z",
-		"content-type":   "application/json",
-		"traceparent":    msg.Headers["traceparent"],
+		"ce_specversion":  "1.0",
+		"ce_id":           "42",
+		"ce_source":       "urn:shop",
+		"ce_type":         "OrderPaid",
+		"ce_subject":      "o-1",
+		"ce_time":         "2026-11-29T10:00:00.123Z",
+		"content-type":    "application/json",
+		"idempotency_key": cloudevents.IdempotencyKey("urn:shop", "42"),
+		"traceparent":     msg.Headers["traceparent"],
 	}
 	if diff := gocmp.Diff(want, headerMap(r)); diff != "" {
 		t.Errorf("headers (-want +got):\n%s", diff)
@@ -143,19 +145,20 @@ func TestPublish_MessageHeadersNeverOverrideReservedHeaders(t *testing.T) {
 	c := newCluster(t)
 	p := newPublisher(t, Config{Brokers: c.ListenAddrs(), Topic: testTopic})
 	msg := testMessage(7, "o-1")
-	msg.Headers = map[string]string{"ce_id": "forged", "CE_TYPE": "Forged", "Content-Type": "text/plain", "tenant": "acme"}
+	msg.Headers = map[string]string{"ce_id": "forged", "Idempotency_Key": "forged", "CE_TYPE": "Forged", "Content-Type": "text/plain", "tenant": "acme"}
 
 	if err := p.Publish(context.Background(), msg); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 
 	got := headerMap(consume(t, c, testTopic, 1)[0])
-	for name, value := range map[string]string{"ce_id": "7", "ce_type": "OrderPaid", "content-type": "application/json", "tenant": "acme"} {
+	for name, value := range map[string]string{"ce_id": "7", "ce_type": "OrderPaid", "content-type": "application/json", "tenant": "acme",
+		"idempotency_key": cloudevents.IdempotencyKey(cloudevents.DefaultSource, "7")} {
 		if got[name] != value {
 			t.Errorf("header %s = %q, want %q", name, got[name], value)
 		}
 	}
-	for _, name := range []string{"CE_TYPE", "Content-Type"} {
+	for _, name := range []string{"CE_TYPE", "Content-Type", "Idempotency_Key"} {
 		if _, ok := got[name]; ok {
 			t.Errorf("header %s forwarded, want it dropped", name)
 		}

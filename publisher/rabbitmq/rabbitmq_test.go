@@ -21,6 +21,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 	"github.com/pgoutbox/pgoutbox/internal/testlog"
+	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 )
 
 // amqpURL is the test broker: AMQP_URL, or a local RabbitMQ.
@@ -138,6 +139,9 @@ func newPublisher(t *testing.T, cfg Config) *Publisher {
 	return p
 }
 
+// key is the message_id of outbox id under the default source.
+func key(id string) string { return cloudevents.IdempotencyKey(cloudevents.DefaultSource, id) }
+
 func testMessage(id int64) dispatcher.Message {
 	return dispatcher.Message{
 		ID: dispatcher.IDString(id), OutboxID: id,
@@ -195,7 +199,7 @@ func TestPublish_DeliversPersistentCloudEventWithMessageID(t *testing.T) {
 		"delivery_mode": d.DeliveryMode, "timestamp": d.Timestamp.UTC(),
 	}
 	wantProps := map[string]any{
-		"message_id": "42", "content_type": "application/json", "type": "OrderPaid",
+		"message_id": cloudevents.IdempotencyKey("urn:shop", "42"), "content_type": "application/json", "type": "OrderPaid",
 		"delivery_mode": amqp.Persistent, "timestamp": time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC),
 	}
 	if diff := gocmp.Diff(wantProps, gotProps); diff != "" {
@@ -230,7 +234,7 @@ func TestPublish_RepublishCarriesSameMessageID(t *testing.T) {
 
 	for i := range 2 {
 		d := b.get(t)
-		if d.MessageId != "7" || d.Headers["cloudEvents_id"] != "7" {
+		if d.MessageId != key("7") || d.Headers["cloudEvents_id"] != "7" {
 			t.Fatalf("delivery #%d: message_id %q, cloudEvents_id %v; want 7", i+1, d.MessageId, d.Headers["cloudEvents_id"])
 		}
 	}
@@ -252,7 +256,7 @@ func TestPublish_UnroutableWithMandatoryIsPermanent(t *testing.T) {
 	if err := publish(t, p, testMessage(2)); err != nil {
 		t.Fatalf("routable Publish after a return: %v", err)
 	}
-	if d := b.get(t); d.MessageId != "2" {
+	if d := b.get(t); d.MessageId != key("2") {
 		t.Fatalf("delivered message_id %q; want 2", d.MessageId)
 	}
 }
@@ -307,7 +311,7 @@ func TestPublish_MissingExchangeIsPermanentAndChannelRecovers(t *testing.T) {
 	if err := publish(t, p, testMessage(2)); err != nil {
 		t.Fatalf("Publish after the exchange exists: %v", err)
 	}
-	if d := b.get(t); d.MessageId != "2" {
+	if d := b.get(t); d.MessageId != key("2") {
 		t.Fatalf("delivered message_id %q; want 2", d.MessageId)
 	}
 	if p.cur != connBefore {
@@ -332,7 +336,7 @@ func TestPublish_NackIsRetryable(t *testing.T) {
 		t.Fatalf("Publish to a full reject-publish queue = %v; want Retryable wrapping ErrNacked", err)
 	}
 	// The nack does not poison the channel.
-	if d := b.get(t); d.MessageId != "1" {
+	if d := b.get(t); d.MessageId != key("1") {
 		t.Fatalf("delivered message_id %q; want 1", d.MessageId)
 	}
 	if err := publish(t, p, testMessage(3)); err != nil {
@@ -374,7 +378,7 @@ func TestPublish_ConcurrentPublishesAreAllConfirmed(t *testing.T) {
 	for g := range goroutines {
 		for i := range each {
 			if i%5 != 0 {
-				want[dispatcher.IDString(int64(g*each+i+1))] = true
+				want[key(dispatcher.IDString(int64(g*each+i+1)))] = true
 			}
 		}
 	}
@@ -457,13 +461,13 @@ func TestPublish_BrokerDownIsRetryableAndPublisherReconnects(t *testing.T) {
 
 	got := map[string]int{}
 	deadline = time.Now().Add(5 * time.Second)
-	for got["2"] == 0 && time.Now().Before(deadline) {
+	for got[key("2")] == 0 && time.Now().Before(deadline) {
 		for _, d := range b.drain(t) {
 			got[d.MessageId]++
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got["1"] != 1 || got["2"] < 1 {
+	if got[key("1")] != 1 || got[key("2")] < 1 {
 		t.Fatalf("deliveries by message_id = %v; want 1 once and 2 at least once", got)
 	}
 }
