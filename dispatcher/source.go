@@ -89,3 +89,7 @@ func hostPort(host string, port uint16) string {
 	}
 	return net.JoinHostPort(host, p)
 }
+
+// Source is Message.Source of every message this dispatcher publishes
+// (Config.Source or its default).
+func (d *Dispatcher) Source() string { return d.cfg.Source }

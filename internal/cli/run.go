@@ -138,7 +138,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	kafkaTimeout := f.duration("kafka-timeout", kafka.ProduceTimeoutDefault, "kafka: bound on one produce (until acknowledged)")
 
 	stdoutCE := f.Bool("stdout-cloudevents", false, "stdout: add the CloudEvents attributes (\"ce\") to each line")
-	ceSource := f.String("ce-source", "", "CloudEvents source attribute (default: pgoutbox)")
+	ceSource := f.String("ce-source", "", "CloudEvents source attribute; with the outbox id it forms the idempotency key consumers deduplicate on (default: pgoutbox://HOST:PORT/DATABASE/public.outbox from the database URL; give every relay of one outbox the same value)")
 
 	owner := f.String("owner", "", "lease owner name written to lease_owner (default: host-pid-random)")
 	batch := f.int64("batch", dispatcher.BatchDefault, "most messages per claim (1-10000)")
@@ -240,6 +240,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		MaxDeferAge:       *maxDeferAge,
 		ShutdownTimeout:   *shutdownTimeout,
 		StatsInterval:     *statsInterval,
+		Source:            *ceSource,
 	}
 	switch *claim {
 	case "all":
@@ -458,7 +459,7 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 		return failf("run: %s", err)
 	}
 	disp.Store(dp)
-	log.Info("dispatching", slog.String("owner", dp.Owner()))
+	log.Info("dispatching", slog.String("owner", dp.Owner()), slog.String("source", dp.Source()))
 	if err := dp.Run(ctx); err != nil {
 		return failf("run: %s", a.secrets.Scrub(err.Error()))
 	}

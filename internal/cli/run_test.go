@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 	"github.com/pgoutbox/pgoutbox/publisher/webhook"
 )
 
@@ -139,10 +143,20 @@ func TestRun_HTTPDeliversSignedAndNeverPrintsSecrets(t *testing.T) {
 			}
 			req := reqs[0]
 			// The body is the payload as jsonb stores it.
-			if req.path != "/hooks/"+pathToken || req.body != `{"amount": 1}` || req.header.Get("Idempotency-Key") != strconv.FormatInt(id, 10) {
-				t.Errorf("unexpected request %+v", req)
+			// The source defaults to the outbox's database and table, and
+			// the idempotency key is built from it and the id.
+			pc, err := pgconn.ParseConfig(d.url)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if err := webhook.Verify(secret, req.header.Get(webhook.HeaderTimestamp), req.body, req.header.Get(webhook.HeaderSignature), time.Now(), time.Minute); err != nil {
+			source := dispatcher.DefaultSource(pc, "public", "outbox")
+			key := cloudevents.IdempotencyKey(source, strconv.FormatInt(id, 10))
+			if req.path != "/hooks/"+pathToken || req.body != `{"amount": 1}` || req.header.Get("Ce-Source") != source ||
+				req.header.Get("Idempotency-Key") != key || req.header.Get(webhook.HeaderID) != key {
+				t.Errorf("unexpected request %+v, want ce-source %q and key %q", req, source, key)
+			}
+			mustContain(t, r, "stderr", "source="+source)
+			if err := webhook.Verify(secret, req.header, []byte(req.body), time.Now(), time.Minute); err != nil {
 				t.Errorf("signature does not verify with the secret: %v", err)
 			}
 			mustContain(t, r, "stderr", "http_signed=true")
