@@ -199,7 +199,7 @@ func (a *app) exit(err error) int {
 		e = &exitError{code: ExitFailure, msg: err.Error()}
 	}
 	if e.msg != "" {
-		fmt.Fprintf(a.stderr, "pgoutbox: %s\n", e.msg)
+		fmt.Fprintf(a.stderr, "pgoutbox: %s\n", message(e.msg))
 	}
 	if e.usage != nil {
 		fmt.Fprintln(a.stderr)

@@ -123,14 +123,14 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 	for _, r := range rows {
 		lastErr := ""
 		if r.LastError != nil {
-			lastErr = truncate(*r.LastError, 72)
+			lastErr = textCell(*r.LastError, 72)
 		}
 		agg := r.AggregateType + "/" + r.AggregateID
 		if r.Ordered {
 			agg += " (ordered)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, tabSafe(truncate(r.EventType, 40)), tabSafe(truncate(agg, 50)),
-			r.Attempts, formatTime(r.CreatedAt), tabSafe(lastErr))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, cell(r.EventType, 40), cell(agg, 50),
+			r.Attempts, formatTime(r.CreatedAt), lastErr)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -97,7 +97,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 			if *watch == 0 || i == 0 {
 				return a.dbError("stats", err)
 			}
-			fmt.Fprintf(a.stderr, "pgoutbox: stats: %s (retrying in %s)\n", a.secrets.Scrub(err.Error()), *watch)
+			fmt.Fprintf(a.stderr, "pgoutbox: stats: %s (retrying in %s)\n", message(a.secrets.Scrub(err.Error())), *watch)
 		} else {
 			switch {
 			case *asJSON:
@@ -192,7 +192,7 @@ func renderStats(w io.Writer, r *statsReport) {
 	}
 	for s, n := range r.ByStatus {
 		if s != "pending" && s != "processing" && s != "done" && s != "dead" {
-			fmt.Fprintf(tw, "%s\t%d\n", tabSafe(s), n)
+			fmt.Fprintf(tw, "%s\t%d\n", cell(s, 40), n)
 		}
 	}
 	fmt.Fprintln(tw)
@@ -223,10 +223,10 @@ func renderStats(w io.Writer, r *statsReport) {
 		for _, b := range r.Blocked {
 			lastErr := ""
 			if b.HeadLastError != nil {
-				lastErr = truncate(*b.HeadLastError, 60)
+				lastErr = textCell(*b.HeadLastError, 60)
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", tabSafe(truncate(b.AggregateID, 40)), b.HeadID, b.HeadStatus,
-				tabSafe(truncate(b.HeadEventType, 30)), b.HeadAttempts, b.Backlog, humanAge(b.OldestAgeSeconds), tabSafe(lastErr))
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", cell(b.AggregateID, 40), b.HeadID, cell(b.HeadStatus, 12),
+				cell(b.HeadEventType, 30), b.HeadAttempts, b.Backlog, humanAge(b.OldestAgeSeconds), lastErr)
 		}
 		_ = tw.Flush()
 		if r.BlockedTruncated {

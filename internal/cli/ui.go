@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -46,19 +47,101 @@ func humanAge(seconds float64) string {
 	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
 }
 
-// truncate shortens s to at most n runes on one line, ending with "…".
-func truncate(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+// Every text that comes from the database or from a producer (aggregate
+// ids, event types, last_error, error messages echoing them) goes through
+// these helpers before it reaches a human-readable output, so that it can
+// neither drive the terminal (ESC[2J clears the screen, ESC]0;…BEL sets the
+// window title, ESC[8m hides what follows), nor break a table column, nor
+// look like another value (bidi overrides reorder what is shown, zero-width
+// characters make two ids look alike). --json output is exact JSON instead.
+
+// escape shows s with every character that is not plainly visible escaped
+// the way Go writes it: C0 controls (\t, \n, \r, \x1b, …), DEL (\x7f), C1
+// controls (\u009b, …), and every other rune unicode.IsPrint rejects except
+// the ASCII space (bidi overrides and isolates such as \u202e, zero-width and
+// other format characters such as \u200b and \ufeff, non-ASCII spaces, line
+// and paragraph separators, private-use and unassigned code points); invalid
+// UTF-8 bytes become \xNN. A backslash is doubled, so the escaped form is
+// unambiguous: what is shown is exactly the stored value once unescaped.
+func escape(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == '\\' || r == utf8.RuneError || !visible(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case visible(r):
+			b.WriteString(s[i : i+size])
+		case r > 0xffff:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// visible reports whether r may be printed as itself.
+func visible(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r >= 0x20 && r < 0x7f
+	}
+	return r != utf8.RuneError && unicode.IsPrint(r)
+}
+
+// cell formats a value for a table column: escaped (see escape) and
+// shortened to at most n runes, ending with "…".
+func cell(s string, n int) string { return truncateRunes(escape(s), n) }
+
+// textCell formats free text (last_error) for a table column: runs of ASCII
+// whitespace (tabs, newlines, spaces) become one space, then the rest is
+// escaped and shortened to at most n runes, like cell.
+func textCell(s string, n int) string {
+	return truncateRunes(escape(strings.Join(strings.FieldsFunc(s, isASCIISpace), " ")), n)
+}
+
+// message escapes a line of text for stderr (an error that may echo stored
+// values), keeping the newlines of a message that has several lines.
+func message(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = escape(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func isASCIISpace(r rune) bool {
+	return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f'
+}
+
+func truncateRunes(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
-}
-
-// tabSafe keeps a value from breaking a tabwriter column.
-func tabSafe(s string) string {
-	return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s)
 }
 
 func formatTime(t time.Time) string {
