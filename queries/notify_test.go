@@ -2,6 +2,7 @@ package queries_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -242,5 +243,114 @@ func mustExec(t *testing.T, conn interface {
 	t.Helper()
 	if _, err := conn.Exec(context.Background(), sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// PostgreSQL refuses to PREPARE a transaction that sent a NOTIFY, so a
+// two-phase-commit producer sets outbox.wake_queued for its transaction
+// before inserting: the trigger's WHEN clause then queues no wake-up (no
+// NOTIFY, no gate), PREPARE TRANSACTION and COMMIT PREPARED work, and the
+// committed row is claimed like any other (dispatchers find it by polling or
+// the next notification).
+func TestNotify_TwoPhaseCommitProducerSkipsTheWakeUpAndTheRowIsClaimed(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := pgtest.Pool(t, url)
+	ctx := context.Background()
+	var maxPrepared int
+	if err := pool.QueryRow(ctx, "SELECT current_setting('max_prepared_transactions')::int").Scan(&maxPrepared); err != nil {
+		t.Fatal(err)
+	}
+	if maxPrepared == 0 {
+		t.Fatal("the test server has max_prepared_transactions = 0: set it above 0 (the throwaway cluster does) or unset TEST_DATABASE_URL")
+	}
+	count := listen(t, url)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	gid := "pgoutbox-test-" + strings.ReplaceAll(t.Name(), "/", "-")
+	t.Cleanup(func() {
+		// Never leave a prepared transaction behind: it would hold the xid
+		// horizon of the whole test cluster.
+		_, _ = pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'")
+	})
+	insert := "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"
+
+	// Without the setting, PREPARE fails: the trigger has sent a NOTIFY.
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, insert)
+	_, err = conn.Exec(ctx, "PREPARE TRANSACTION '"+gid+"'")
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, "NOTIFY") {
+		t.Fatalf("PREPARE after a plain insert: %v, want PostgreSQL's refusal to prepare a transaction that sent NOTIFY", err)
+	}
+	mustExec(t, conn, "ROLLBACK")
+
+	// With it, two-phase commit works and nothing is notified.
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, "SET LOCAL outbox.wake_queued = on")
+	mustExec(t, conn, insert)
+	mustExec(t, conn, "PREPARE TRANSACTION '"+gid+"'")
+	mustExec(t, conn, "COMMIT PREPARED '"+gid+"'")
+	if n := count(); n != 0 {
+		t.Fatalf("two-phase commit with outbox.wake_queued = on: %d notifications, want 0", n)
+	}
+	rows, err := db.New(pool).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "t", Batch: 10, Lease: time.Minute, MaxAttempts: 3, RecoverExpired: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("claimed %d rows after COMMIT PREPARED, want the one row (the failed PREPARE rolled its row back)", len(rows))
+	}
+
+	// The setting is transaction-local: the next ordinary insert notifies.
+	mustExec(t, conn, insert)
+	if n := count(); n != 1 {
+		t.Fatalf("ordinary insert after the two-phase one: %d notifications, want 1", n)
+	}
+}
+
+// Under SET CONSTRAINTS ALL IMMEDIATE the notify trigger runs at insert time
+// and takes the gate then, holding it until COMMIT: meanwhile other
+// producers' commits skip their NOTIFY (dispatchers fall back to the wake
+// window and polling). SET CONSTRAINTS outbox_notify DEFERRED after ALL
+// IMMEDIATE restores the deferral for the wake-up alone.
+func TestNotify_ConstraintsAllImmediateHoldsTheGateUntilCommitUnlessNotifyIsDeferred(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := pgtest.Pool(t, url)
+	ctx := context.Background()
+	count := listen(t, url)
+	insert := "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"
+	for _, tt := range []struct {
+		name            string
+		set             []string
+		othersNotifying bool
+	}{
+		{"all immediate", []string{"SET CONSTRAINTS ALL IMMEDIATE"}, false},
+		{"all immediate, notify deferred", []string{"SET CONSTRAINTS ALL IMMEDIATE", "SET CONSTRAINTS outbox_notify DEFERRED"}, true},
+	} {
+		long, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range tt.set {
+			mustExec(t, long, s)
+		}
+		mustExec(t, long, insert)
+		mustExec(t, pool, insert) // another producer commits meanwhile
+		got := count()
+		if err := long.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		after := count()
+		if tt.othersNotifying && (got != 1 || after != 1) {
+			t.Errorf("%s: other commit sent %d notifications, long transaction's commit %d; want 1 and 1", tt.name, got, after)
+		}
+		if !tt.othersNotifying && (got != 0 || after != 1) {
+			t.Errorf("%s: other commit sent %d notifications, long transaction's commit %d; want 0 (gate held since the insert) and 1", tt.name, got, after)
+		}
 	}
 }

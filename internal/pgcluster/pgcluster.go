@@ -41,6 +41,9 @@ var TestSettings = map[string]string{
 	"synchronous_commit": "off",
 	"full_page_writes":   "off",
 	"max_connections":    "300",
+	// Prepared transactions are off by default (0); the two-phase-commit
+	// producer test (queries/notify_test.go) needs a few.
+	"max_prepared_transactions": "10",
 }
 
 // Cluster is a running throwaway server.
