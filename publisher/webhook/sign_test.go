@@ -205,3 +205,32 @@ func TestNew_RejectsMalformedSecretsNamingTheField(t *testing.T) {
 		}
 	}
 }
+
+// The example in docs/webhooks.md, computed there with Python's hmac module:
+// the publisher sends exactly these headers, and Verify accepts them.
+func TestPublish_SignsTheDocumentedExample(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	p := newPublisher(t, Config{URL: rc.URL, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", Source: "urn:shop"})
+	p.now = func() time.Time { return time.Unix(1_800_000_000, 0) }
+	msg := testMessage()
+	msg.ID, msg.OutboxID, msg.AggregateID = "41", 41, "o-42"
+	msg.Payload = []byte(`{"amount_cents": 1200}`)
+	msg.CreatedAt = time.Date(2026, 11, 29, 10, 0, 0, 123000000, time.UTC)
+	if err := p.Publish(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	h := rc.received()[0].Header
+	for name, want := range map[string]string{
+		HeaderID:        "75da0dad8c346ed92e3988b3ff910557-41",
+		HeaderTimestamp: "1800000000",
+		HeaderSignature: "v1,78fuQQco0pu/fuXEVOnuL0edzpoPc+Xdh7LS4ZJj6oY= v1ce,f7kRHCD+Z1PCdmfUXOvdKByOswskjsHipi0CJEZ2WYc=",
+	} {
+		if got := h.Get(name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if err := Verify("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", h, msg.Payload, time.Unix(1_800_000_060, 0), 0); err != nil {
+		t.Errorf("Verify: %v", err)
+	}
+}
