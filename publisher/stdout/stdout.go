@@ -47,15 +47,16 @@ func New(cfg Config) (*Publisher, error) {
 
 // line is the JSON shape of one message.
 type line struct {
-	ID            string            `json:"id"`
-	AggregateType string            `json:"aggregate_type"`
-	AggregateID   string            `json:"aggregate_id"`
-	EventType     string            `json:"event_type"`
-	Payload       json.RawMessage   `json:"payload"`
-	Headers       map[string]string `json:"headers"`
-	Attempt       int               `json:"attempt"`
-	CreatedAt     time.Time         `json:"created_at"`
-	CE            map[string]string `json:"ce,omitempty"`
+	ID             string            `json:"id"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	AggregateType  string            `json:"aggregate_type"`
+	AggregateID    string            `json:"aggregate_id"`
+	EventType      string            `json:"event_type"`
+	Payload        json.RawMessage   `json:"payload"`
+	Headers        map[string]string `json:"headers"`
+	Attempt        int               `json:"attempt"`
+	CreatedAt      time.Time         `json:"created_at"`
+	CE             map[string]string `json:"ce,omitempty"`
 }
 
 // Publish writes msg as one JSON line (see the package documentation for the
@@ -65,14 +66,15 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 		return dispatcher.Retryable(fmt.Errorf("stdout: %w", err))
 	}
 	l := line{
-		ID:            msg.ID,
-		AggregateType: msg.AggregateType,
-		AggregateID:   msg.AggregateID,
-		EventType:     msg.EventType,
-		Payload:       msg.Payload,
-		Headers:       msg.Headers,
-		Attempt:       msg.Attempt,
-		CreatedAt:     msg.CreatedAt.UTC(),
+		ID:             msg.ID,
+		IdempotencyKey: cloudevents.From(msg, p.cfg.Source).IdempotencyKey(),
+		AggregateType:  msg.AggregateType,
+		AggregateID:    msg.AggregateID,
+		EventType:      msg.EventType,
+		Payload:        msg.Payload,
+		Headers:        msg.Headers,
+		Attempt:        msg.Attempt,
+		CreatedAt:      msg.CreatedAt.UTC(),
 	}
 	if l.Headers == nil {
 		l.Headers = map[string]string{}

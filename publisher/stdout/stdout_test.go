@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/publisher/cloudevents"
 )
 
 func testMessage(id int64) dispatcher.Message {
@@ -61,14 +62,15 @@ func TestPublish_WritesOneJSONLinePerMessage(t *testing.T) {
 		t.Fatalf("line 1 is not JSON: %v\n%s", err, lines[0])
 	}
 	want := map[string]any{
-		"id":             "1",
-		"aggregate_type": "order",
-		"aggregate_id":   "o-1",
-		"event_type":     "OrderPaid",
-		"payload":        map[string]any{"order_id": "o-1", "amount": float64(1250)},
-		"headers":        map[string]any{"tenant": "acme"},
-		"attempt":        float64(2),
-		"created_at":     "2026-11-29T10:00:00.123Z",
+		"id":              "1",
+		"idempotency_key": cloudevents.IdempotencyKey(cloudevents.DefaultSource, "1"),
+		"aggregate_type":  "order",
+		"aggregate_id":    "o-1",
+		"event_type":      "OrderPaid",
+		"payload":         map[string]any{"order_id": "o-1", "amount": float64(1250)},
+		"headers":         map[string]any{"tenant": "acme"},
+		"attempt":         float64(2),
+		"created_at":      "2026-11-29T10:00:00.123Z",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("line 1 (-want +got):\n%s", diff)
