@@ -47,7 +47,7 @@ func TestEscape_ShowsControlAndFormatCharactersEscaped(t *testing.T) {
 	if got := textCell("line 1\n\tline 2 \x1b[8m", 80); got != `line 1 line 2 \x1b[8m` {
 		t.Errorf("textCell = %q", got)
 	}
-	if got := message("no such id \x1b[2J\nhint: check"); got != "no such id \\x1b[2J\nhint: check" {
+	if got := message("no such id \x1b[2J\nhint: contains \\u0000"); got != "no such id \\x1b[2J\nhint: contains \\u0000" {
 		t.Errorf("message = %q", got)
 	}
 }

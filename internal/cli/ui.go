@@ -63,10 +63,13 @@ func humanAge(seconds float64) string {
 // and paragraph separators, private-use and unassigned code points); invalid
 // UTF-8 bytes become \xNN. A backslash is doubled, so the escaped form is
 // unambiguous: what is shown is exactly the stored value once unescaped.
-func escape(s string) string {
+func escape(s string) string { return escapeText(s, true) }
+
+// escapeText is escape, doubling backslashes only when backslash is set.
+func escapeText(s string, backslash bool) string {
 	clean := true
 	for _, r := range s {
-		if r == '\\' || r == utf8.RuneError || !visible(r) {
+		if (backslash && r == '\\') || r == utf8.RuneError || !visible(r) {
 			clean = false
 			break
 		}
@@ -81,7 +84,7 @@ func escape(s string) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
+		case r == '\\' && backslash:
 			b.WriteString(`\\`)
 		case r == '\t':
 			b.WriteString(`\t`)
@@ -123,11 +126,14 @@ func textCell(s string, n int) string {
 }
 
 // message escapes a line of text for stderr (an error that may echo stored
-// values), keeping the newlines of a message that has several lines.
+// values), keeping the newlines of a message that has several lines. Unlike
+// escape it leaves backslashes as they are: the messages are ours and quote
+// stored values with %q, and doubling would garble what they say
+// ("contains \u0000").
 func message(s string) string {
 	lines := strings.Split(s, "\n")
 	for i, l := range lines {
-		lines[i] = escape(l)
+		lines[i] = escapeText(l, false)
 	}
 	return strings.Join(lines, "\n")
 }
