@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Source names the outbox a message comes from: Message.Source, the
+// A source names the outbox a message comes from: Message.Source, the
 // CloudEvents source attribute. CloudEvents defines an event's identity as
 // source + id, and the outbox id alone is only unique within one table: two
 // services, or two outboxes in one database, both have an event 1. Publishers
@@ -29,7 +29,7 @@ import (
 // failover address) get different defaults: set Config.Source (pgoutbox run
 // --ce-source) to one stable URI per outbox in such deployments, for example
 // "urn:billing:outbox".
-
+//
 // DefaultSource returns the default source of the outbox table schema.table
 // in the database cfg connects to:
 //
