@@ -7,11 +7,17 @@
 // taken by someone else) but resets every existing connection and every new
 // one as soon as it is accepted: to the client this looks like a broker that
 // refuses connections.
+//
+// Blackhole freezes the connections open at that moment: their sockets stay
+// open, but no byte is forwarded any more in either direction (what the
+// client sends is read and dropped), as when a NAT or firewall loses the
+// flow's state or the peer host freezes. New connections are forwarded as
+// usual: to the client this looks like a server that stopped answering on
+// the connections it holds, while a fresh connection works.
 package tcpproxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -25,10 +31,11 @@ type Proxy struct {
 	target string
 	ln     net.Listener
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{} // both sides of every live pair
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]struct{} // both sides of every live pair
+	frozen map[net.Conn]bool     // sides of pairs frozen by Blackhole
+	wg     sync.WaitGroup
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards every accepted
@@ -40,7 +47,7 @@ func Start(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("tcpproxy: listen: %v", err)
 	}
-	p := &Proxy{t: t, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{t: t, target: target, ln: ln, conns: map[net.Conn]struct{}{}, frozen: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	t.Cleanup(p.close)
@@ -59,6 +66,49 @@ func (p *Proxy) Down() {
 	p.mu.Unlock()
 	for c := range conns {
 		reset(c)
+	}
+}
+
+// Blackhole freezes every connection open now: it stays open and what
+// either side sends is dropped, for as long as the pair lives. Connections
+// accepted afterwards are forwarded normally.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		p.frozen[c] = true
+	}
+}
+
+// Frozen is the number of client connections frozen by Blackhole and still
+// open.
+func (p *Proxy) Frozen() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.frozen) / 2
+}
+
+func (p *Proxy) isFrozen(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frozen[c]
+}
+
+// pipe copies src to dst until src ends, dropping what arrives once src's
+// pair is frozen (the socket stays open and keeps being read, so the sender
+// never sees an error).
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isFrozen(src) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -129,6 +179,8 @@ func (p *Proxy) serve(client net.Conn) {
 			p.mu.Lock()
 			delete(p.conns, client)
 			delete(p.conns, server)
+			delete(p.frozen, client)
+			delete(p.frozen, server)
 			p.mu.Unlock()
 			_ = client.Close()
 			_ = server.Close()
@@ -136,8 +188,8 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go func() { defer copies.Done(); _, _ = io.Copy(server, client); done() }()
-	go func() { defer copies.Done(); _, _ = io.Copy(client, server); done() }()
+	go func() { defer copies.Done(); p.pipe(server, client); done() }()
+	go func() { defer copies.Done(); p.pipe(client, server); done() }()
 	copies.Wait()
 }
 
