@@ -96,8 +96,8 @@ func TestClaim_RowThatCannotBeReturnedGoesDeadAndEverythingElseFlows(t *testing.
 	rec := newRecorder(nil)
 	start := time.Now()
 	d, _ := b.start(t, rec, fast(dispatcher.Config{Lease: time.Minute, PublishTimeout: 5 * time.Second}))
-	waitFor(t, 3*time.Minute, "10 healthy messages published", func() bool { return rec.published() >= 10 })
-	t.Logf("healthy messages published %s after the dispatcher started (the bomb is rendered twice: once by the failing claim, once by its own read)", time.Since(start).Round(time.Millisecond))
+	waitFor(t, 3*time.Minute, "10 healthy messages delivered", func() bool { return b.count(t, "status = 'done'") == 10 })
+	t.Logf("healthy messages delivered %s after the dispatcher started (the bomb is rendered twice: once by the failing claim, once by its own read)", time.Since(start).Round(time.Millisecond))
 	waitFor(t, time.Minute, "the bomb dead", func() bool { return b.state(t, bomb).Status == "dead" })
 	s := b.state(t, bomb)
 	if !strings.Contains(s.LastError, "54000") || !strings.Contains(s.LastError, "cannot return") {
