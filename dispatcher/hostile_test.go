@@ -164,12 +164,6 @@ func TestRecovery_DoesNotWaitForPublishesInFlight(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	long := b.enqueue(t, 1, "long", false)[0]
-	crashed := b.enqueue(t, 1, "crashed", false)[0]
-	// A crashed peer's message: processing, lease expired, one attempt spent.
-	if _, err := b.pool.Exec(ctx, `UPDATE outbox SET status = 'processing', attempts = 1, lease_version = lease_version + 1,
-		lease_owner = 'crashed-peer', lease_until = now() - interval '1 second' WHERE id = $1`, crashed); err != nil {
-		t.Fatal(err)
-	}
 	release := make(chan struct{})
 	entered := make(chan struct{})
 	rec := newRecorder(func(ctx context.Context, m dispatcher.Message) error {
@@ -186,6 +180,15 @@ func TestRecovery_DoesNotWaitForPublishesInFlight(t *testing.T) {
 	defer close(release)
 	d, _ := b.start(t, rec, fast(dispatcher.Config{Concurrency: 16, Lease: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, PublishTimeout: time.Minute}))
 	<-entered
+	// Now a crashed peer's message appears: processing, lease expired, one
+	// attempt spent.
+	var crashed int64
+	if err := b.pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload,
+		status, attempts, lease_version, lease_owner, lease_until)
+		VALUES ('order', 'crashed', 'OrderEvent', '{}', 'processing', 1, 1, 'crashed-peer', now() - interval '1 second')
+		RETURNING id`).Scan(&crashed); err != nil {
+		t.Fatal(err)
+	}
 	fresh := b.enqueue(t, 20, "fresh", false)
 	waitFor(t, 30*time.Second, "20 fresh messages and the recovered one published while the long publish runs", func() bool {
 		for _, id := range fresh {

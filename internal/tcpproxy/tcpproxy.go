@@ -18,6 +18,7 @@ package tcpproxy
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -27,7 +28,7 @@ import (
 // Proxy forwards TCP connections from Addr to a target address. Its methods
 // are safe for concurrent use.
 type Proxy struct {
-	t      testing.TB
+	logf   func(format string, args ...any)
 	target string
 	ln     net.Listener
 
@@ -43,15 +44,28 @@ type Proxy struct {
 // with t.Cleanup.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
+	p, err := New(target, t.Logf)
+	if err != nil {
+		t.Fatalf("tcpproxy: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// New is Start outside a test (the chaos suite): logf receives dial errors
+// (nil: dropped), and the caller calls Close.
+func New(target string, logf func(format string, args ...any)) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("tcpproxy: listen: %v", err)
+		return nil, fmt.Errorf("listen: %w", err)
 	}
-	p := &Proxy{t: t, target: target, ln: ln, conns: map[net.Conn]struct{}{}, frozen: map[net.Conn]bool{}}
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	p := &Proxy{logf: logf, target: target, ln: ln, conns: map[net.Conn]struct{}{}, frozen: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.acceptLoop()
-	t.Cleanup(p.close)
-	return p
+	return p, nil
 }
 
 // Addr is the proxy's listen address, host:port.
@@ -126,7 +140,9 @@ func (p *Proxy) Conns() int {
 	return len(p.conns) / 2
 }
 
-func (p *Proxy) close() {
+// Close stops listening, resets every connection and waits for the
+// forwarding goroutines.
+func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.Down()
 	p.wg.Wait()
@@ -158,7 +174,7 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
-		p.t.Logf("tcpproxy: dial %s: %v", p.target, err)
+		p.logf("tcpproxy: dial %s: %v", p.target, err)
 		reset(client)
 		return
 	}
