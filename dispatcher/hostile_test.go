@@ -35,14 +35,14 @@ func TestEnqueue_RefusesNumbersNumericCannotHoldOrThatExpandPastTheLimit(t *test
 		payload string
 		ok      bool
 	}{
-		{`1e131072`, false},           // 131,073 digits before the point: 22003 today
-		{`1e-16384`, false},           // 16,384 digits after the point: 22003 today
-		{`[1.5e-16383]`, false},       // scale 16,384
-		{`{"a":-1E+131072}`, false},   // signed, capital E
-		{`1e999999999999999`, false},  // exponent out of range
-		{bombPayload(), false},        // within numeric, but renders to > 1 GB
-		{`1e131071`, true},            // the largest numeric: 131,072 digits
-		{`1e-16383`, true},            // the smallest scale
+		{`1e131072`, false},          // 131,073 digits before the point: 22003 today
+		{`1e-16384`, false},          // 16,384 digits after the point: 22003 today
+		{`[1.5e-16383]`, false},      // scale 16,384
+		{`{"a":-1E+131072}`, false},  // signed, capital E
+		{`1e999999999999999`, false}, // exponent out of range
+		{bombPayload(), false},       // within numeric, but renders to > 1 GB
+		{`1e131071`, true},           // the largest numeric: 131,072 digits
+		{`1e-16383`, true},           // the smallest scale
 		{`{"n":0.000e-3,"m":-0}`, true},
 		{`[12.5e-3, 100e-2, 1E2]`, true},
 	} {
@@ -407,7 +407,7 @@ func TestReap_LeavesALateOwnerItsGracePeriod(t *testing.T) {
 	lost := make(chan int64, 1)
 	_, _ = b.start(t, pub, fast(dispatcher.Config{
 		MaxAttempts: 1, Lease: 200 * time.Millisecond, PublishTimeout: 100 * time.Millisecond,
-		ReapGrace: 5 * time.Second,
+		ReapGrace:   5 * time.Second,
 		OnLeaseLost: func(id, _ int64) { lost <- id },
 	}))
 	waitFor(t, 30*time.Second, "the message finalized", func() bool { return b.state(t, id).Status != "pending" && b.state(t, id).Status != "processing" })
