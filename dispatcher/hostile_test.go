@@ -136,10 +136,12 @@ func TestPublisherError_InvalidUTF8AndNULDoNotWedgeTheDispatcher(t *testing.T) {
 		}
 		return nil
 	})
+	started := time.Now()
 	b.start(t, rec, fast(dispatcher.Config{Concurrency: 1}))
 	waitFor(t, 30*time.Second, "20 healthy messages and the retried one published", func() bool {
 		return rec.count(bad[1]) == 1 && b.count(t, "status = 'done'") == 21
 	})
+	t.Logf("21 messages done %s after start", time.Since(started).Round(time.Millisecond))
 	waitFor(t, 10*time.Second, "the permanent failure dead", func() bool { return b.state(t, bad[0]).Status == "dead" })
 	s := b.state(t, bad[0])
 	if !strings.HasPrefix(s.LastError, "permanent: r\uFFFDponse invalide  (") || strings.ContainsRune(s.LastError, 0) {
@@ -190,6 +192,7 @@ func TestRecovery_DoesNotWaitForPublishesInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := b.enqueue(t, 20, "fresh", false)
+	enqueued := time.Now()
 	waitFor(t, 30*time.Second, "20 fresh messages and the recovered one published while the long publish runs", func() bool {
 		for _, id := range fresh {
 			if rec.count(id) == 0 {
@@ -198,6 +201,8 @@ func TestRecovery_DoesNotWaitForPublishesInFlight(t *testing.T) {
 		}
 		return rec.count(crashed) == 1
 	})
+	t.Logf("20 fresh messages and the recovered one published %s after enqueue, the long publish still running",
+		time.Since(enqueued).Round(time.Millisecond))
 	if rec.count(long) != 0 {
 		t.Fatal("the long publish ended early")
 	}
