@@ -63,9 +63,9 @@ func (d *Dispatcher) isolate(ctx context.Context, kind ClaimMode, n int, jobs ch
 	return len(rows), nil
 }
 
-// readClaimed reads one message claimed without its payload (fenced by its
-// lease_version) and returns it as a job, or nil when the row was dealt with
-// here:
+// readClaimed extends the lease of one message claimed without its payload
+// to cover the read, reads it (fenced by its lease_version) and returns it as
+// a job, or nil when the row was dealt with here:
 //   - a data or resource error (SQLSTATE class 22, 54, 53200) belongs to the
 //     row: it goes to dead (fenced) with the SQLSTATE in last_error;
 //   - a timeout (ClaimTimeout) is the server being slow, not the row being
@@ -76,10 +76,35 @@ func (d *Dispatcher) isolate(ctx context.Context, kind ClaimMode, n int, jobs ch
 //     attempt refunded;
 //   - no row: the lease was lost.
 func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline time.Time, rel *releaser) *job {
-	rctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-	row, err := d.q.OutboxIsolateRead(rctx, db.OutboxIsolateReadParams{ID: r.id, LeaseVersion: r.leaseVersion})
+	// The read of a row that cannot be returned can take longer than the
+	// lease (a 1 GB rendering takes seconds of CPU, more on a busy server):
+	// first extend the lease to cover the read, or another dispatcher would
+	// take the row over mid-read and the fenced dead below would find the
+	// lease lost, again and again, until the reap buried it without the
+	// reason.
+	start := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	n, err := d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: r.id, LeaseVersion: r.leaseVersion, Lease: d.cfg.Lease + d.cfg.ClaimTimeout})
 	cancel()
+	if err == nil && n == 1 {
+		deadline = start.Add(d.cfg.Lease + d.cfg.ClaimTimeout)
+	}
+	var row db.OutboxIsolateReadRow
 	if err == nil {
+		rctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+		row, err = d.q.OutboxIsolateRead(rctx, db.OutboxIsolateReadParams{ID: r.id, LeaseVersion: r.leaseVersion})
+		cancel()
+	}
+	if err == nil {
+		// Back to a normal lease, so that a crash while publishing it (a
+		// poison in the recovery lane) costs one Lease, not ClaimTimeout.
+		start := time.Now()
+		ectx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+		_, _ = d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: r.id, LeaseVersion: r.leaseVersion, Lease: d.cfg.Lease})
+		cancel()
+		// Whether or not that write applied, the lease ends no earlier than
+		// start + Lease (a failed write left the longer one).
+		deadline = start.Add(d.cfg.Lease)
 		return newJob(row.ID, r.leaseVersion, r.attempts, deadline, row.AggregateType, row.AggregateID,
 			row.EventType, row.Payload, row.Headers, row.CreatedAt, r.ordered)
 	}
