@@ -188,8 +188,9 @@ type Config struct {
 	// started are handed back at once. Defaults to 10s.
 	ShutdownTimeout time.Duration
 
-	// ReapInterval is the least time between two OutboxReap runs (the reap
-	// runs just before a claim). Defaults to 1s.
+	// ReapInterval is how often the recovery lane runs OutboxReap and looks
+	// for expired leases to recover (it keeps recovering while it finds
+	// some). Defaults to 1s.
 	ReapInterval time.Duration
 
 	// ReapGrace is how long after a lease expired, with every attempt
