@@ -440,3 +440,41 @@ func TestReap_LeavesALateOwnerItsGracePeriod(t *testing.T) {
 		t.Fatalf("reap without grace: %d rows, %v; want 1", n, err)
 	}
 }
+
+// The same for an ordered bomb: the ordered claim falls back to the
+// isolation path too; the bomb is dead (and, as any dead head, blocks only
+// its own aggregate), other aggregates flow.
+func TestClaimOrdered_RowThatCannotBeReturnedGoesDeadAndOtherAggregatesFlow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var bomb int64
+	if err := b.pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered)
+		VALUES ('t', 'bomb', 'Bomb', $1::jsonb, true) RETURNING id`, bombPayload()).Scan(&bomb); err != nil {
+		t.Fatal(err)
+	}
+	behind := b.enqueue(t, 2, "bomb", true)
+	ids := append(b.enqueue(t, 5, "a", true), b.enqueue(t, 5, "b", true)...)
+	rec := newRecorder(nil)
+	b.start(t, rec, fast(dispatcher.Config{Lease: time.Minute, PublishTimeout: 5 * time.Second, Claim: dispatcher.ClaimOrderedOnly}))
+	waitFor(t, 3*time.Minute, "10 ordered messages of other aggregates delivered", func() bool {
+		return b.count(t, "status = 'done'") == len(ids)
+	})
+	waitFor(t, time.Minute, "the bomb dead", func() bool { return b.state(t, bomb).Status == "dead" })
+	if s := b.state(t, bomb); !strings.Contains(s.LastError, "54000") {
+		t.Fatalf("bomb last_error = %q", s.LastError)
+	}
+	for _, id := range behind {
+		if s := b.state(t, id); s.Status != "pending" {
+			t.Fatalf("message %d behind the dead bomb = %+v, want pending (blocked by its dead head)", id, s)
+		}
+	}
+	for _, agg := range []string{"a", "b"} {
+		order := rec.order[agg]
+		for i := 1; i < len(order); i++ {
+			if order[i] < order[i-1] {
+				t.Fatalf("aggregate %s published out of order: %v", agg, order)
+			}
+		}
+	}
+}
