@@ -26,7 +26,11 @@ const (
 	FatePerm    = "perm"    // 422 always: permanent, dead after one attempt
 	FateExhaust = "exhaust" // 503 always: dead when attempts are exhausted
 	FatePoison  = "poison"  // the receiver SIGKILLs the relay that delivers it: dead at max attempts via the reap
+	FateBomb    = "bomb"    // a number bomb inserted by plain SQL: no query can return it; dead via the isolation path, never delivered
 )
+
+// bombError is what the isolation path writes into last_error (with the SQLSTATE).
+const bombError = "the database cannot return this message (SQLSTATE 54000"
 
 // reapError is what OutboxReap writes into last_error.
 const reapError = "lease expired after max attempts"
@@ -260,7 +264,7 @@ func Check(h History) *Result {
 				r.fail("done-not-delivered", "id %d is done but the receiver never accepted it", row.ID)
 			}
 			switch row.Fate {
-			case FatePerm, FateExhaust, FatePoison:
+			case FatePerm, FateExhaust, FatePoison, FateBomb:
 				r.fail("dead-expected", "id %d (fate %s) is done, expected dead", row.ID, row.Fate)
 			}
 		case "dead":
@@ -275,6 +279,11 @@ func Check(h History) *Result {
 				r.DeadBy["retries exhausted (5xx)"]++
 				if row.Attempts != h.MaxAttempts {
 					r.fail("dead-unexplained", "id %d (exhaust) is dead after %d attempts, max %d", row.ID, row.Attempts, h.MaxAttempts)
+				}
+			case row.Fate == FateBomb:
+				r.DeadBy["number bomb (unreadable row, isolation path)"]++
+				if s.arrivals != 0 || !strings.HasPrefix(row.LastError, bombError) {
+					r.fail("bomb-not-isolated", "bomb id %d is dead after %d arrivals with last_error %q", row.ID, s.arrivals, row.LastError)
 				}
 			case row.Fate == FatePoison:
 				r.DeadBy["poison (reaped at max attempts)"]++

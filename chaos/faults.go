@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 )
 
 // plannedFault is one entry of the seeded schedule.
 type plannedFault struct {
 	At    time.Duration // offset from the start of the fault window
-	Kind  string        // kill, pause, terminate, pgrestart, poison
+	Kind  string        // kill, pause, terminate, pgrestart, poison, blackhole, bomb
 	Slot  int           // relay index (0-based); -1 = every relay (terminate)
 	Dur   time.Duration // pause length, or restart delay after a kill
 	Index int           // poison number
@@ -54,6 +57,15 @@ func schedule(seed uint64, o options) []plannedFault {
 		at := time.Duration((float64(i) + 0.3) / float64(o.poison) * float64(o.duration))
 		out = append(out, plannedFault{At: at, Kind: "poison", Index: i})
 	}
+	// Hostile networks: the relays' open connections to PostgreSQL freeze
+	// (one blackhole per minute of faults, at least one). Hostile input: one
+	// number bomb inserted by plain SQL, early, so that it meets live
+	// traffic.
+	for i, n := 0, max(1, int(o.duration/time.Minute)); i < n; i++ {
+		at := time.Duration((float64(i) + 0.6) / float64(n) * float64(o.duration))
+		out = append(out, plannedFault{At: at, Kind: "blackhole", Slot: -1})
+	}
+	out = append(out, plannedFault{At: o.duration / 5, Kind: "bomb", Slot: -1})
 	slices.SortStableFunc(out, func(a, b plannedFault) int { return int(a.At - b.At) })
 	return out
 }
@@ -63,6 +75,7 @@ type injector struct {
 	e     *env
 	fleet *fleet
 	prod  *producers
+	proxy *tcpproxy.Proxy
 	log   func(format string, args ...any)
 
 	mu      sync.Mutex
@@ -148,9 +161,47 @@ func (in *injector) run(ctx context.Context, start time.Time, plan []plannedFaul
 					in.log("! poison event %d enqueued", f.Index)
 				}
 			}()
+		case "blackhole":
+			s := time.Now()
+			n := in.proxy.Conns()
+			in.proxy.Blackhole()
+			in.fleet.record(Fault{Kind: "blackhole", Start: s, End: s})
+			in.ended(s)
+			in.log("! blackhole: %d open relay connections frozen (new ones still work)", n)
+		case "bomb":
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := in.insertBomb(ctx); err != nil {
+					in.log("! %v", err)
+				} else {
+					in.log("! number bomb inserted by plain SQL")
+				}
+			}()
 		default:
 			panic(fmt.Sprintf("unknown fault %q", f.Kind))
 		}
 	}
 	wg.Wait()
+}
+
+// insertBomb writes, by plain SQL (as any other language could, bypassing
+// Enqueue's validation), an 81 KB payload of numbers like 1e131071: jsonb
+// stores it in a few KB, but its text form exceeds 1 GB, so no query can
+// return it (54000). The relays must send it to dead through the isolation
+// path, with its SQLSTATE in last_error, and keep everything else flowing.
+func (in *injector) insertBomb(ctx context.Context) error {
+	n := 81 * 1024 / len("1e131071,")
+	payload := "[" + strings.TrimSuffix(strings.Repeat("1e131071,", n), ",") + "]"
+	tag := "bomb-1"
+	_, err := in.e.admin.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
+		VALUES ('order', 'bomb', 'Bomb', $1::jsonb, jsonb_build_object('x-chaos-tx', $2::text, 'x-chaos-fate', $3::text))`,
+		payload, tag, FateBomb)
+	if err != nil {
+		return fmt.Errorf("number bomb: %w", err)
+	}
+	in.prod.mu.Lock()
+	in.prod.txs[tag] = 1
+	in.prod.mu.Unlock()
+	return nil
 }

@@ -86,8 +86,21 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if retryAfter {
 		w.Header().Set("Retry-After", "1")
 	}
+	if status >= 400 && id%2 == 0 {
+		// Half of the failures answer like a legacy server: a Latin-1 error
+		// page with a NUL in it. The relay keeps the start of the body in
+		// last_error, which must be made valid text (never wedge a worker).
+		w.Header().Set("Content-Type", "text/html; charset=iso-8859-1")
+		w.WriteHeader(status)
+		_, _ = w.Write(latin1Body)
+		return
+	}
 	w.WriteHeader(status)
 }
+
+// latin1Body is "Requête refusée: réessayez plus tard" in ISO-8859-1, with
+// a NUL byte.
+var latin1Body = []byte("<html>Requ\xeate refus\xe9e\x00: r\xe9essayez plus tard</html>")
 
 // answer is the receiver's answer to the n-th arrival of an event with fate.
 func answer(fate string, n int) (status int, retryAfter, slow bool) {

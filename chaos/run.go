@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgcluster"
+	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 )
 
 // figures is everything the report prints.
@@ -91,6 +92,16 @@ func run(ctx context.Context, o options) (*Result, error) {
 		return nil, err
 	}
 	defer e.admin.Close()
+	// Relays reach PostgreSQL through a TCP proxy, so that a blackhole
+	// fault can freeze their open connections (no byte forwarded, sockets
+	// left open) while new connections still work.
+	proxy, err := tcpproxy.New(fmt.Sprintf("127.0.0.1:%d", cl.Port()), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
+	_, proxyPort, _ := net.SplitHostPort(proxy.Addr())
+	e.relayPort, _ = strconv.Atoi(proxyPort)
 	var pgVersion string
 	_ = e.admin.QueryRow(ctx, "SHOW server_version").Scan(&pgVersion)
 
@@ -129,6 +140,12 @@ func run(ctx context.Context, o options) (*Result, error) {
 			"--batch", strconv.Itoa(o.batch),
 			"--concurrency", strconv.Itoa(o.concurrency),
 			"--max-attempts", strconv.Itoa(o.maxAttempts),
+			// Bounds that let a relay give up a blackholed connection fast,
+			// and a reap grace of one lease (the default 30s would only
+			// make the run longer).
+			"--claim-timeout", "10s",
+			"--write-timeout", "2s",
+			"--reap-grace", o.lease.String(),
 			"--poll-interval", "250ms",
 			"--shutdown-timeout", "5s",
 			"--stats-interval", "5s",
@@ -164,7 +181,7 @@ func run(ctx context.Context, o options) (*Result, error) {
 	start := time.Now()
 	prodDone := make(chan struct{})
 	go func() { prod.run(ctx, o.producers); close(prodDone) }()
-	in := &injector{e: e, fleet: fl, prod: prod, log: func(f string, a ...any) { say(f, a...) }}
+	in := &injector{e: e, fleet: fl, prod: prod, proxy: proxy, log: func(f string, a ...any) { say(f, a...) }}
 	faultsDone := make(chan struct{})
 	go func() { in.run(ctx, start, plan); close(faultsDone) }()
 

@@ -34,11 +34,16 @@ type env struct {
 	relayPass   string
 	producePass string
 	admin       *pgxpool.Pool
+	relayPort   int // the tcpproxy relays connect through (blackhole faults); 0 = the server's port
 }
 
 func (e *env) relayURL(app string) string {
+	port := e.cluster.Port()
+	if e.relayPort != 0 {
+		port = e.relayPort
+	}
 	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=%s",
-		relayUser, e.relayPass, e.cluster.Port(), chaosDB, app)
+		relayUser, e.relayPass, port, chaosDB, app)
 }
 
 func (e *env) producerURL() string {

@@ -317,20 +317,34 @@ UPDATE outbox
        lease_owner = NULL,
        lease_until = NULL
  WHERE status = 'processing'
-   AND lease_until < now()
-   AND attempts >= $1::integer
+   AND lease_until < now() - $1::interval
+   AND attempts >= $2::integer
 `
+
+type OutboxReapParams struct {
+	Grace       time.Duration `json:"grace"`
+	MaxAttempts int32         `json:"max_attempts"`
+}
 
 // OutboxReap buries messages whose worker keeps dying: processing rows whose
 // lease expired with every attempt spent go to dead. A poison message never
 // reaches a finalize, so this is the only way it stops being claimed.
 // Run it with every claim (the dispatcher does).
+// Grace: a row is reaped only @grace after its lease expired. An expired
+// lease does not mean the owner crashed: it may have delivered the message
+// and be only late to finalize (database briefly unreachable, a slow
+// commit). Reaped at once, such a message would be buried although it was
+// delivered: `dead retry` would deliver it twice, and in an ordered
+// aggregate it would block every later event behind a delivered one. Within
+// the grace the owner's fenced OutboxMarkDone still succeeds (nobody else can
+// claim the row: attempts >= max). A message that crashes every worker is
+// still buried, only @grace later.
 // Lock strategy: plain UPDATE; rows locked by a concurrent claim are waited
 // for, and the claim cannot take them (attempts >= max).
 // Index: outbox_leased.
 // Rows affected: messages sent to dead now; 0 is the normal case.
-func (q *Queries) OutboxReap(ctx context.Context, maxAttempts int32) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxReap, maxAttempts)
+func (q *Queries) OutboxReap(ctx context.Context, arg OutboxReapParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxReap, arg.Grace, arg.MaxAttempts)
 	if err != nil {
 		return 0, err
 	}

@@ -59,6 +59,17 @@ type Querier interface {
 	// An expired lease is claimed alone (ready is empty then), so every row
 	// returned is recovered exactly when expired found one.
 	OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]OutboxClaimRow, error)
+	// OutboxClaimExpired is the recovery lane's claim: the one message whose
+	// lease expired longest ago with attempts left (a crashed or frozen owner's),
+	// without its payload. The lane publishes it alone, apart from the main
+	// pipeline, which never recovers expired leases itself. An expired ordered
+	// row is always its aggregate's head (nothing after it was claimable while
+	// it was processing), so recovering it keeps the order.
+	// @unordered / @ordered select the kinds this dispatcher claims.
+	// Lock strategy: FOR UPDATE SKIP LOCKED; UPDATE by primary key.
+	// Index: outbox_leased (lease_until, partial: processing).
+	// 0 rows: no expired lease to recover.
+	OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpiredParams) ([]OutboxClaimExpiredRow, error)
 	// OutboxClaimOrdered claims up to @batch ordered messages, at most one per
 	// aggregate: the head, i.e. a row with no earlier pending/processing/dead row
 	// of the same aggregate_id. "Earlier" is (xid, id) order, where xid is the
@@ -123,6 +134,41 @@ type Querier interface {
 	// 0 rows: lease lost (taken over or reaped); the caller must stop publishing
 	// (cancel its context) and must not finalize.
 	OutboxExtendLease(ctx context.Context, arg OutboxExtendLeaseParams) (int64, error)
+	// Isolation path. A claim that returns payloads fails as a whole when one row
+	// cannot be returned (a jsonb whose text form exceeds 1 GB fails with 54000
+	// "out of memory" after seconds of CPU; other data or resource errors alike)
+	// and it rolls back, so attempts never rise and the row stays first in line
+	// for ever. These queries claim without the payload and read each claimed
+	// row's payload with its own statement, so one unreadable row can be told
+	// apart and sent to dead (OutboxMarkDead) while its neighbours flow. The
+	// recovery lane uses them too: a recovered message is read the same way.
+	// Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
+	// OutboxClaim does, so every later write is fenced the same way.
+	// OutboxIsolateClaim claims up to @batch unordered pending messages without
+	// their payload: the same rows, in the same id order, as OutboxClaim's ready
+	// branch.
+	// Lock strategy: FOR UPDATE SKIP LOCKED, then an UPDATE by primary key
+	// through id = ANY(ARRAY(...)), as OutboxClaim.
+	// Index: outbox_pending (partial: pending unordered), order (id, available_at).
+	// 0 rows: nothing claimable right now.
+	OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaimParams) ([]OutboxIsolateClaimRow, error)
+	// OutboxIsolateClaimOrdered claims up to @batch ordered heads without their
+	// payload: pending rows with no earlier (xid, id) pending, processing or dead
+	// row of the same aggregate, below the snapshot's xmin horizon (the head rule
+	// of OutboxClaimOrdered, written as a plain NOT EXISTS: this is the fallback
+	// path, taken only after a claim failed, so simplicity beats the loose index
+	// scan). The head is re-checked on the locked row version.
+	// Lock strategy: FOR UPDATE SKIP LOCKED on the heads, UPDATE by primary key.
+	// Index: outbox_ordered_head (aggregate_id, xid, id) for the NOT EXISTS probe.
+	// Order: by id. 0 rows: no claimable head right now.
+	OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsolateClaimOrderedParams) ([]OutboxIsolateClaimOrderedRow, error)
+	// OutboxIsolateRead reads one claimed message in full, fenced: only while the
+	// caller still holds the lease it claimed. A data or resource error here
+	// (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
+	// it to dead with OutboxMarkDead, naming the SQLSTATE.
+	// Lock strategy: none (a plain read by primary key).
+	// No row (pgx.ErrNoRows): lease lost.
+	OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (OutboxIsolateReadRow, error)
 	// Operator queries: the dead list, redrive, skip, retention.
 	// OutboxListDead lists dead messages keyset-paged by id (pass the last id of
 	// the previous page as @after_id, 0 for the first), optionally filtered.
@@ -173,11 +219,20 @@ type Querier interface {
 	// lease expired with every attempt spent go to dead. A poison message never
 	// reaches a finalize, so this is the only way it stops being claimed.
 	// Run it with every claim (the dispatcher does).
+	// Grace: a row is reaped only @grace after its lease expired. An expired
+	// lease does not mean the owner crashed: it may have delivered the message
+	// and be only late to finalize (database briefly unreachable, a slow
+	// commit). Reaped at once, such a message would be buried although it was
+	// delivered: `dead retry` would deliver it twice, and in an ordered
+	// aggregate it would block every later event behind a delivered one. Within
+	// the grace the owner's fenced OutboxMarkDone still succeeds (nobody else can
+	// claim the row: attempts >= max). A message that crashes every worker is
+	// still buried, only @grace later.
 	// Lock strategy: plain UPDATE; rows locked by a concurrent claim are waited
 	// for, and the claim cannot take them (attempts >= max).
 	// Index: outbox_leased.
 	// Rows affected: messages sent to dead now; 0 is the normal case.
-	OutboxReap(ctx context.Context, maxAttempts int32) (int64, error)
+	OutboxReap(ctx context.Context, arg OutboxReapParams) (int64, error)
 	// OutboxRedriveDead gives a dead message a fresh start: pending, attempts 0,
 	// available now. last_error keeps the history. The insert trigger does not
 	// fire on UPDATE, so callers NOTIFY (OutboxNotify) to wake dispatchers.

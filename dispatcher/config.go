@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -31,6 +32,20 @@ const (
 	StatsIntervalDefault      = 15 * time.Second
 	MaxPayloadBytesDefault    = 1 << 20
 	MaxIdentifierBytesDefault = 255
+	ClaimTimeoutDefault       = 30 * time.Second
+	WriteTimeoutDefault       = 5 * time.Second
+	ListenPingDefault         = 10 * time.Second
+	ReapGraceDefault          = 30 * time.Second
+	ShutdownFlushDefault      = 5 * time.Second
+)
+
+// Upper bounds of the integer settings that are narrowed to int32 (SQL
+// integer parameters) or that size buffers.
+const (
+	maxBatch         = 10000
+	maxConcurrency   = 100000
+	maxFinalizeBatch = 100000
+	maxAttemptsLimit = math.MaxInt32
 )
 
 // ClaimMode selects which messages a dispatcher claims.
@@ -173,9 +188,46 @@ type Config struct {
 	// started are handed back at once. Defaults to 10s.
 	ShutdownTimeout time.Duration
 
-	// ReapInterval is the least time between two OutboxReap runs (the reap
-	// runs just before a claim). Defaults to 1s.
+	// ReapInterval is how often the recovery lane runs OutboxReap and looks
+	// for expired leases to recover (it keeps recovering while it finds
+	// some). Defaults to 1s.
 	ReapInterval time.Duration
+
+	// ReapGrace is how long after a lease expired, with every attempt
+	// spent, the reap waits before it sends the message to dead. An expired
+	// lease does not prove a crash: the owner may have delivered the message
+	// and be late to finalize (database briefly unreachable), and burying a
+	// delivered message would make `dead retry` deliver it twice and block an
+	// ordered aggregate behind it. 0 keeps the default; negative means no
+	// grace. Defaults to ReapGraceDefault (30s).
+	ReapGrace time.Duration
+
+	// ClaimTimeout bounds one claim statement (and the reap, and each
+	// statement of the isolation path and the recovery lane). A claim that
+	// fails with a data or resource error (SQLSTATE class 22, 54, 53200) or
+	// runs out of this time falls back to the isolation path, which claims
+	// without payloads and reads each message alone, so a row that cannot be
+	// returned goes to dead instead of stopping every claim.
+	// Defaults to ClaimTimeoutDefault (30s).
+	ClaimTimeout time.Duration
+
+	// WriteTimeout bounds each attempt of a fenced write (finalize,
+	// reschedule, defer, dead, release) and each lease extension; a write
+	// that times out is retried with backoff like any transient error.
+	// Defaults to WriteTimeoutDefault (5s).
+	WriteTimeout time.Duration
+
+	// ListenPing is how often the dedicated LISTEN connection is checked
+	// with a ping (bounded by WriteTimeout); a connection that does not
+	// answer is dropped and reconnected, and the claimer polls meanwhile.
+	// Defaults to ListenPingDefault (10s).
+	ListenPing time.Duration
+
+	// ShutdownFlush bounds the final hand-back (OutboxReleaseMany) and
+	// finalize (OutboxMarkDoneMany) that Run performs after publishes have
+	// stopped, on a deadline of their own (not the cancelled context of the
+	// publishes). Defaults to ShutdownFlushDefault (5s).
+	ShutdownFlush time.Duration
 
 	// StatsInterval is how often the queue gauges (depth, oldest age,
 	// expired leases) are refreshed from the monitoring queries; 0 keeps the
@@ -219,9 +271,15 @@ func (c Config) withDefaults() Config {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
+	c.ReapGrace = cmp.Or(c.ReapGrace, ReapGraceDefault)
+	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	c.ListenPing = cmp.Or(c.ListenPing, ListenPingDefault)
+	c.ShutdownFlush = cmp.Or(c.ShutdownFlush, ShutdownFlushDefault)
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
 	}
+	c.Owner = dbText(c.Owner, maxOwnerChars)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -237,14 +295,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case c.Batch < 1 || c.Batch > 10000:
-		return bad("Batch must be between 1 and 10000, got %d", c.Batch)
+	case c.Batch < 1 || c.Batch > maxBatch:
+		return bad("Batch must be between 1 and %d, got %d", maxBatch, c.Batch)
 	case c.Lease < 10*time.Millisecond:
 		return bad("Lease must be at least 10ms, got %s", c.Lease)
-	case c.MaxAttempts < 1:
-		return bad("MaxAttempts must be at least 1, got %d", c.MaxAttempts)
-	case c.Concurrency < 1:
-		return bad("Concurrency must be at least 1, got %d", c.Concurrency)
+	case c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit:
+		return bad("MaxAttempts must be between 1 and %d, got %d", maxAttemptsLimit, c.MaxAttempts)
+	case c.Concurrency < 1 || c.Concurrency > maxConcurrency:
+		return bad("Concurrency must be between 1 and %d, got %d", maxConcurrency, c.Concurrency)
 	case c.PublishTimeout <= 0:
 		return bad("PublishTimeout must be positive, got %s", c.PublishTimeout)
 	case c.HeartbeatInterval < 0:
@@ -261,8 +319,16 @@ func (c Config) validate() error {
 		return bad("BackoffBase (%s) must be positive and at most BackoffCap (%s)", c.BackoffBase, c.BackoffCap)
 	case c.MaxDeferAge < 0:
 		return bad("MaxDeferAge must be positive, got %s", c.MaxDeferAge)
-	case c.FinalizeBatch < 1:
-		return bad("FinalizeBatch must be at least 1, got %d", c.FinalizeBatch)
+	case c.FinalizeBatch < 1 || c.FinalizeBatch > maxFinalizeBatch:
+		return bad("FinalizeBatch must be between 1 and %d, got %d", maxFinalizeBatch, c.FinalizeBatch)
+	case c.ClaimTimeout < 0:
+		return bad("ClaimTimeout must be positive, got %s", c.ClaimTimeout)
+	case c.WriteTimeout < 0:
+		return bad("WriteTimeout must be positive, got %s", c.WriteTimeout)
+	case c.ListenPing < 0:
+		return bad("ListenPing must be positive, got %s", c.ListenPing)
+	case c.ShutdownFlush < 0:
+		return bad("ShutdownFlush must be positive, got %s", c.ShutdownFlush)
 	case c.FinalizeDelay < 0:
 		return bad("FinalizeDelay must be positive, got %s", c.FinalizeDelay)
 	case c.ShutdownTimeout < 0:

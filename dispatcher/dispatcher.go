@@ -88,9 +88,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.log.Debug("dispatcher starting", slog.Int("batch", d.cfg.Batch), slog.Duration("lease", d.cfg.Lease),
 		slog.Int("concurrency", d.cfg.Concurrency), slog.String("claim", d.cfg.Claim.String()))
 
-	// Publishes and finalizes outlive ctx during shutdown; hardCancel ends them.
+	// Publishes outlive ctx during shutdown; hardCancel ends them. The
+	// finalizer and the releaser have a context of their own (flushCancel),
+	// so that the final hand-back and finalize still run after hardCancel,
+	// on their own bounded deadline (ShutdownFlush).
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardCancel()
+	flushCtx, flushCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer flushCancel()
 
 	jobs := make(chan *job, d.maxInFlight)
 	fin := newFinalizer(d)
@@ -98,8 +103,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	var bg sync.WaitGroup
 	bg.Add(2)
-	go func() { defer bg.Done(); fin.run(hardCtx) }()
-	go func() { defer bg.Done(); rel.run(hardCtx) }()
+	go func() { defer bg.Done(); fin.run(flushCtx) }()
+	go func() { defer bg.Done(); rel.run(flushCtx) }()
 
 	var workers sync.WaitGroup
 	for i := 0; i < d.cfg.Concurrency; i++ {
@@ -109,6 +114,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.work(hardCtx, jobs, fin, rel)
 		}()
 	}
+	workers.Add(1)
+	go func() {
+		defer workers.Done()
+		d.recoveryLane(ctx, hardCtx, flushCtx, rel)
+	}()
 
 	var side sync.WaitGroup
 	if !d.cfg.DisableListen {
@@ -126,11 +136,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		go func() { defer side.Done(); d.refreshStats(ctx) }()
 	}
 
-	d.claimLoop(ctx, jobs)
+	d.claimLoop(ctx, jobs, rel)
 
-	// Shutdown: nothing new starts; queued jobs are handed back by workers.
+	// Shutdown: nothing new starts. Run itself hands back every queued job
+	// at once, so that they are pending again even when every worker is
+	// busy with a long publish (workers that take one meanwhile hand it
+	// back too).
 	d.stopping.Store(true)
 	close(jobs)
+	for j := range jobs {
+		rel.add(j)
+	}
 	workersDone := make(chan struct{})
 	go func() { workers.Wait(); close(workersDone) }()
 	timer := time.NewTimer(d.cfg.ShutdownTimeout)
@@ -150,13 +166,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	fin.close()
 	rel.close()
-	// Give the final flushes a bounded time even after hardCancel.
+	// The final flushes run on flushCtx, which is still live here: they get
+	// ShutdownFlush, then flushCancel ends whatever still waits on the
+	// database (each statement is bounded by WriteTimeout as well).
 	flushed := make(chan struct{})
 	go func() { bg.Wait(); close(flushed) }()
 	select {
 	case <-flushed:
-	case <-time.After(d.cfg.ShutdownTimeout):
-		hardCancel()
+	case <-time.After(d.cfg.ShutdownFlush):
+		d.log.Error("final finalize/hand-back did not complete in time; leases will expire and messages be re-delivered",
+			slog.Duration("shutdown_flush", d.cfg.ShutdownFlush))
+		flushCancel()
 		<-flushed
 	}
 	side.Wait()
@@ -173,14 +193,14 @@ type job struct {
 	msg          Message
 }
 
-// claimLoop claims while there is room in flight, until ctx ends.
-func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job) {
+// claimLoop claims while there is room in flight, until ctx ends. It
+// claims pending messages only: expired leases are the recovery lane's
+// (recoveryLane), so recovery never makes fresh work wait.
+func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *releaser) {
 	var (
-		lastReap      time.Time
 		dbFailures    int
 		orderedCursor string
 		orderedFirst  bool
-		recovering    bool          // expired leases were seen at the last reap
 		hotSeen       int64         // the wake window hotStep belongs to
 		hotStep       time.Duration // next idle wait inside the wake window
 	)
@@ -194,31 +214,6 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job) {
 			case <-ctx.Done():
 			}
 			continue
-		}
-		if time.Since(lastReap) >= d.cfg.ReapInterval {
-			n, err := d.q.OutboxReap(ctx, int32(d.cfg.MaxAttempts))
-			if err != nil {
-				d.dbError(ctx, "reap", err, &dbFailures)
-				continue
-			}
-			if n > 0 {
-				d.metrics.add(outReaped, n)
-				d.log.Warn("reaped messages whose lease expired after max attempts", slog.Int64("count", n))
-			}
-			expired, err := d.q.OutboxExpiredLeases(ctx)
-			if err != nil {
-				d.dbError(ctx, "reap", err, &dbFailures)
-				continue
-			}
-			lastReap = time.Now()
-			recovering = expired > 0
-		}
-		// Expired leases are recovered only with nothing else in flight, so
-		// that a poison message among them can take down nothing but itself.
-		recoverExpired := d.inFlight.Load() == 0
-		if recovering && !recoverExpired {
-			d.waitIdle(ctx)
-			recoverExpired = d.inFlight.Load() == 0
 		}
 
 		claimed := 0
@@ -236,22 +231,26 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job) {
 			if n <= 0 {
 				break
 			}
-			var got, recovered int
+			var got int
 			var err error
 			if kind == ClaimUnorderedOnly {
-				got, recovered, err = d.claimUnordered(ctx, n, recoverExpired, jobs)
+				got, err = d.claimUnordered(ctx, n, jobs)
 			} else {
-				got, recovered, err = d.claimOrdered(ctx, n, recoverExpired, &orderedCursor, jobs)
+				got, err = d.claimOrdered(ctx, n, &orderedCursor, jobs)
+			}
+			if err != nil && (isRowError(err) || isTimeout(ctx, err)) {
+				// One row may be what fails the whole claim (it cannot be
+				// returned): claim without payloads and read them one by one.
+				d.metrics.isolations.Add(1)
+				d.log.Warn("claim failed with a data or resource error or timed out; claiming through the isolation path",
+					slog.String("kind", kind.String()), slog.String("sqlstate", sqlState(err)), slog.Any("error", err))
+				got, err = d.isolate(ctx, kind, n, jobs, rel)
 			}
 			if err != nil {
 				failed = d.dbError(ctx, "claim", err, &dbFailures)
 				break
 			}
 			claimed += got
-			if recoverExpired && recovered == 0 {
-				recovering = false // none left to recover of this kind
-			}
-			recoverExpired = recoverExpired && d.inFlight.Load() == 0
 		}
 		if failed {
 			continue
@@ -309,65 +308,58 @@ func (d *Dispatcher) dbError(ctx context.Context, op string, err error, failures
 	return true
 }
 
-func (d *Dispatcher) claimUnordered(ctx context.Context, n int, recoverExpired bool, jobs chan<- *job) (claimed, recovered int, err error) {
+func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job) (int, error) {
 	start := time.Now()
-	rows, err := d.q.OutboxClaim(ctx, db.OutboxClaimParams{
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+	defer cancel()
+	rows, err := d.q.OutboxClaim(cctx, db.OutboxClaimParams{
 		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
-		RecoverExpired: recoverExpired,
+		RecoverExpired: false,
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	deadline := start.Add(d.cfg.Lease)
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
-		j := newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
-			r.EventType, r.Payload, r.Headers, r.CreatedAt, false)
-		if r.Recovered {
-			recovered++
-			d.publishAlone(ctx, j, jobs)
-			continue
-		}
-		d.dispatch(jobs, j)
+		d.dispatch(jobs, newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+			r.EventType, r.Payload, r.Headers, r.CreatedAt, false))
 	}
-	return len(rows), recovered, nil
+	return len(rows), nil
 }
 
-func (d *Dispatcher) claimOrdered(ctx context.Context, n int, recoverExpired bool, cursor *string, jobs chan<- *job) (claimed, recovered int, err error) {
+func (d *Dispatcher) claimOrdered(ctx context.Context, n int, cursor *string, jobs chan<- *job) (int, error) {
 	start := time.Now()
-	rows, err := d.q.OutboxClaimOrdered(ctx, db.OutboxClaimOrderedParams{
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+	defer cancel()
+	rows, err := d.q.OutboxClaimOrdered(cctx, db.OutboxClaimOrderedParams{
 		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
-		AfterAggregateID: *cursor, RecoverExpired: recoverExpired,
+		AfterAggregateID: *cursor, RecoverExpired: false,
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	deadline := start.Add(d.cfg.Lease)
 	last := ""
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
-		j := newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
-			r.EventType, r.Payload, r.Headers, r.CreatedAt, true)
 		last = max(last, r.AggregateID)
-		if r.Recovered {
-			recovered++
-			d.publishAlone(ctx, j, jobs)
-			continue
-		}
-		d.dispatch(jobs, j)
+		d.dispatch(jobs, newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+			r.EventType, r.Payload, r.Headers, r.CreatedAt, true))
 	}
 	// Round-robin over aggregates: continue after the last one served; wrap
 	// to the start when this pass found fewer heads than asked for.
 	if len(rows) < n {
 		if *cursor != "" && len(rows) == 0 {
 			*cursor = ""
-			return d.claimOrdered(ctx, n, recoverExpired, cursor, jobs)
+			cancel()
+			return d.claimOrdered(ctx, n, cursor, jobs)
 		}
 		*cursor = ""
 	} else {
 		*cursor = last
 	}
-	return len(rows), recovered, nil
+	return len(rows), nil
 }
 
 // dispatch hands a claimed job to the workers.
@@ -375,29 +367,6 @@ func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
 	j.msg.Source = d.cfg.Source
 	d.inFlight.Add(1)
 	jobs <- j
-}
-
-// publishAlone publishes a message recovered from an expired lease with
-// nothing else in flight in this process: it waits until every other claimed
-// message is finalized, publishes it, and waits until it is finalized before
-// the claimer continues. If the message is a poison that kills the process,
-// the crash costs only its own attempt, never a batch-mate's.
-func (d *Dispatcher) publishAlone(ctx context.Context, j *job, jobs chan<- *job) {
-	d.metrics.recovered.Add(1)
-	d.waitIdle(ctx)
-	d.dispatch(jobs, j)
-	d.waitIdle(ctx)
-}
-
-// waitIdle blocks until nothing is in flight or ctx ends.
-func (d *Dispatcher) waitIdle(ctx context.Context) {
-	for d.inFlight.Load() > 0 {
-		select {
-		case <-d.freed:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 func newJob(id, leaseVersion int64, attempts int32, deadline time.Time,

@@ -83,7 +83,7 @@ func (f *finalizer) flush(ctx context.Context, batch []*job) {
 	for i, j := range batch {
 		ids[i], versions[i] = j.id, j.leaseVersion
 	}
-	done, err := retryDBValue(ctx, d, "mark done", func() ([]int64, error) {
+	done, err := retryDBValue(ctx, d, "mark done", func(ctx context.Context) ([]int64, error) {
 		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions})
 	})
 	defer d.release(len(batch))
@@ -165,7 +165,7 @@ func (r *releaser) flush(ctx context.Context, batch []*job) {
 	for i, j := range batch {
 		ids[i], versions[i] = j.id, j.leaseVersion
 	}
-	n, err := retryDB(ctx, d, "release", func() (int64, error) {
+	n, err := retryDB(ctx, d, "release", func(ctx context.Context) (int64, error) {
 		return d.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: ids, LeaseVersions: versions})
 	})
 	if err != nil {
@@ -175,6 +175,8 @@ func (r *releaser) flush(ctx context.Context, batch []*job) {
 	d.log.Debug("handed back claimed messages", slog.Int64("count", n), slog.Int("asked", len(batch)))
 	if n > 0 {
 		// Wake the dispatchers (including this one's siblings) to re-claim.
-		_ = d.q.OutboxNotify(ctx)
+		nctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+		_ = d.q.OutboxNotify(nctx)
+		cancel()
 	}
 }

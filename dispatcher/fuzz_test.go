@@ -55,6 +55,13 @@ func FuzzEventValidation(f *testing.F) {
 	f.Add("t", "id\x00", "e", []byte(`{}`), "", "", false)
 	f.Add("t", "id", "\xff\xfe", []byte(`{}`), "", "", false)
 	f.Add("t", "id", "e", []byte(`"\\u0000"`), "h", "v", false)
+	// Numbers numeric cannot hold (22003 before the bound), and payloads
+	// that expand past the limit when rendered (issue 12, item 1).
+	f.Add("t", "id", "e", []byte(`1e131072`), "", "", false)
+	f.Add("t", "id", "e", []byte(`1e-16384`), "", "", false)
+	f.Add("t", "id", "e", []byte(`{"a":[-0.5e-16383, 2E+131071]}`), "", "", false)
+	f.Add("t", "id", "e", []byte(`[1e999999999999999999]`), "", "", false)
+	f.Add("t", "id", "e", []byte("["+strings.Repeat("1e131071,", 9)+"0]"), "", "", false)
 
 	// One database for every input: each runs in a transaction that is
 	// rolled back.

@@ -193,6 +193,9 @@ func fast(cfg dispatcher.Config) dispatcher.Config {
 	if cfg.ReapInterval == 0 {
 		cfg.ReapInterval = 10 * time.Millisecond
 	}
+	if cfg.ReapGrace == 0 {
+		cfg.ReapGrace = 10 * time.Millisecond
+	}
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}

@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -36,7 +38,9 @@ func (d *Dispatcher) listen(ctx context.Context) {
 
 func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	cfg := d.pool.Config().ConnConfig.Copy()
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -45,18 +49,40 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		defer cancel()
 		conn.Close(closeCtx)
 	}()
+	tuneConn(conn.PgConn().Conn())
 	// LISTEN takes no parameters; the channel name was validated as a plain
 	// identifier in Config.validate and is quoted here.
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.cfg.Channel}.Sanitize()); err != nil {
+	lctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	_, err = conn.Exec(lctx, "LISTEN "+pgx.Identifier{d.cfg.Channel}.Sanitize())
+	cancel()
+	if err != nil {
 		return err
 	}
 	d.log.Debug("listening", slog.String("channel", d.cfg.Channel))
 	d.notified()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		// Wait at most ListenPing for a notification, then check that the
+		// server still answers: a connection that silently stopped
+		// forwarding would otherwise wait here for ever while the claimer
+		// believes NOTIFY still works. A timed-out wait leaves the
+		// connection usable (pgconn closes it only on other errors).
+		wctx, cancel := context.WithTimeout(ctx, d.cfg.ListenPing)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err == nil {
+			d.metrics.notifications.Add(1)
+			d.notified()
+			continue
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed() {
 			return err
 		}
-		d.metrics.notifications.Add(1)
-		d.notified()
+		pctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			d.metrics.dbErrors.Add(1)
+			return fmt.Errorf("listen connection health check: %w", err)
+		}
 	}
 }

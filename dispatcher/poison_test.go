@@ -36,7 +36,7 @@ func runHelperProcess() int {
 	d, err := dispatcher.New(pool, pub, dispatcher.Config{
 		Batch: 50, Concurrency: 1, MaxAttempts: 3,
 		Lease: 300 * time.Millisecond, PublishTimeout: 100 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond, ReapInterval: 10 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond, ReapInterval: 10 * time.Millisecond, ReapGrace: 10 * time.Millisecond,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -193,6 +193,9 @@ func (p *Producer) validate(ev Event) error {
 			return fmt.Errorf("%w: Payload %v, which PostgreSQL jsonb cannot store", ErrInvalidEvent, err)
 		}
 	}
+	if err := checkJSONNumbers(ev.Payload, p.cfg.MaxPayloadBytes); err != nil {
+		return fmt.Errorf("%w: Payload %v", ErrInvalidEvent, err)
+	}
 	for k, v := range ev.Headers {
 		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) ||
 			strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {

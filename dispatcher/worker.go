@@ -17,28 +17,34 @@ import (
 var errPanic = errors.New("publisher panicked")
 
 // work publishes jobs until the channel closes.
-func (d *Dispatcher) work(hardCtx context.Context, jobs <-chan *job, fin *finalizer, rel *releaser) {
+func (d *Dispatcher) work(hardCtx context.Context, jobs <-chan *job, fin doneSink, rel *releaser) {
 	for j := range jobs {
-		if d.stopping.Load() {
-			rel.add(j) // claimed but never started: hand back at once
-			continue
-		}
-		minRemaining := d.cfg.PublishTimeout
-		if d.cfg.HeartbeatInterval > 0 {
-			minRemaining = d.cfg.HeartbeatInterval
-		}
-		if time.Until(j.deadline) < minRemaining {
-			// Too close to expiry to start: another dispatcher could take it
-			// over mid-publish. Hand it back instead (attempt refunded).
-			d.metrics.add(outNearExpiry, 1)
-			rel.add(j)
-			continue
-		}
-		d.publish(hardCtx, j, fin, rel)
+		d.runJob(hardCtx, j, fin, rel)
 	}
 }
 
-func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin *finalizer, rel *releaser) {
+// runJob publishes one claimed job, or hands it back when it must not start
+// (shutdown, or too close to the end of its lease).
+func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *releaser) {
+	if d.stopping.Load() {
+		rel.add(j) // claimed but never started: hand back at once
+		return
+	}
+	minRemaining := d.cfg.PublishTimeout
+	if d.cfg.HeartbeatInterval > 0 {
+		minRemaining = d.cfg.HeartbeatInterval
+	}
+	if time.Until(j.deadline) < minRemaining {
+		// Too close to expiry to start: another dispatcher could take it
+		// over mid-publish. Hand it back instead (attempt refunded).
+		d.metrics.add(outNearExpiry, 1)
+		rel.add(j)
+		return
+	}
+	d.publish(hardCtx, j, fin, rel)
+}
+
+func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel *releaser) {
 	pctx, cancel := context.WithTimeoutCause(hardCtx, d.cfg.PublishTimeout, context.DeadlineExceeded)
 	defer cancel()
 	var leaseLost func() bool = func() bool { return false }
@@ -123,9 +129,9 @@ func (d *Dispatcher) finalizeRetry(ctx context.Context, j *job, err error, after
 		return
 	}
 	delay := max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
-	n, werr := retryDB(ctx, d, "reschedule", func() (int64, error) {
+	n, werr := retryDBText(ctx, d, "reschedule", errText(err.Error()), func(ctx context.Context, text string) (int64, error) {
 		return d.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{
-			ID: j.id, LeaseVersion: j.leaseVersion, Delay: delay, Error: err.Error(), RefundAttempt: false,
+			ID: j.id, LeaseVersion: j.leaseVersion, Delay: delay, Error: text, RefundAttempt: false,
 		})
 	})
 	if werr != nil {
@@ -142,9 +148,9 @@ func (d *Dispatcher) finalizeRetry(ctx context.Context, j *job, err error, after
 
 func (d *Dispatcher) finalizeDefer(ctx context.Context, j *job, def *DeferError) {
 	delay := max(def.Delay, 0)
-	status, werr := retryDBValue(ctx, d, "defer", func() (string, error) {
+	status, werr := retryDBText(ctx, d, "defer", errText(def.Reason), func(ctx context.Context, text string) (string, error) {
 		return d.q.OutboxDefer(ctx, db.OutboxDeferParams{
-			ID: j.id, LeaseVersion: j.leaseVersion, Delay: delay, Error: def.Reason, MaxAge: d.cfg.MaxDeferAge,
+			ID: j.id, LeaseVersion: j.leaseVersion, Delay: delay, Error: text, MaxAge: d.cfg.MaxDeferAge,
 		})
 	})
 	switch {
@@ -161,8 +167,8 @@ func (d *Dispatcher) finalizeDefer(ctx context.Context, j *job, def *DeferError)
 }
 
 func (d *Dispatcher) finalizeDead(ctx context.Context, j *job, reason string) {
-	n, werr := retryDB(ctx, d, "mark dead", func() (int64, error) {
-		return d.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: j.id, LeaseVersion: j.leaseVersion, Error: reason})
+	n, werr := retryDBText(ctx, d, "mark dead", errText(reason), func(ctx context.Context, text string) (int64, error) {
+		return d.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: j.id, LeaseVersion: j.leaseVersion, Error: text})
 	})
 	if werr != nil {
 		return
@@ -212,7 +218,9 @@ func (d *Dispatcher) heartbeat(ctx context.Context, j *job, cancel context.Cance
 				return
 			case <-t.C:
 			}
-			n, err := d.q.OutboxExtendLease(ctx, db.OutboxExtendLeaseParams{ID: j.id, LeaseVersion: j.leaseVersion, Lease: d.cfg.Lease})
+			ectx, ecancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+			n, err := d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: j.id, LeaseVersion: j.leaseVersion, Lease: d.cfg.Lease})
+			ecancel()
 			if err != nil {
 				d.log.Warn("heartbeat failed; will retry", slog.Int64("outbox_id", j.id), slog.Any("error", err))
 				continue
@@ -236,16 +244,30 @@ func (d *Dispatcher) heartbeat(ctx context.Context, j *job, cancel context.Cance
 }
 
 // retryDB runs a fenced single-row write, retrying transient database errors
-// with backoff until it succeeds or ctx ends.
-func retryDB(ctx context.Context, d *Dispatcher, op string, f func() (int64, error)) (int64, error) {
+// with backoff until it succeeds or ctx ends. Each attempt has its own
+// WriteTimeout, so a connection that stopped answering costs one timeout,
+// not the whole shutdown.
+func retryDB(ctx context.Context, d *Dispatcher, op string, f func(ctx context.Context) (int64, error)) (int64, error) {
 	return retryDBValue(ctx, d, op, f)
 }
 
-func retryDBValue[T any](ctx context.Context, d *Dispatcher, op string, f func() (T, error)) (T, error) {
+// retryDBValue is retryDB for a write that returns a value. A data error
+// (SQLSTATE class 22) is never retried: the same statement fails the same
+// way, and retrying it would wedge the worker (and everything behind it). It
+// is logged and returned.
+func retryDBValue[T any](ctx context.Context, d *Dispatcher, op string, f func(ctx context.Context) (T, error)) (T, error) {
 	failures := 0
 	for {
-		v, err := f()
+		actx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+		v, err := f(actx)
+		cancel()
 		if err == nil || errors.Is(err, pgx.ErrNoRows) {
+			return v, err
+		}
+		if isDataError(err) {
+			d.metrics.dbErrors.Add(1)
+			d.log.Error("the database refused a fenced write (data error); not retrying it",
+				slog.String("op", op), slog.String("sqlstate", sqlState(err)), slog.Any("error", err))
 			return v, err
 		}
 		if ctx.Err() != nil {
@@ -255,4 +277,17 @@ func retryDBValue[T any](ctx context.Context, d *Dispatcher, op string, f func()
 		}
 		d.dbError(ctx, op, err, &failures)
 	}
+}
+
+// retryDBText is retryDBValue for a write that stores a text (last_error).
+// text has been made valid by errText already; should the server refuse it
+// all the same (a data error), the write is made once more with a fixed
+// ASCII text, so the message's state still moves on.
+func retryDBText[T any](ctx context.Context, d *Dispatcher, op, text string, f func(ctx context.Context, text string) (T, error)) (T, error) {
+	v, err := retryDBValue(ctx, d, op, func(ctx context.Context) (T, error) { return f(ctx, text) })
+	if err == nil || !isDataError(err) {
+		return v, err
+	}
+	safe := "error text refused by the database (SQLSTATE " + sqlState(err) + "); see the dispatcher log"
+	return retryDBValue(ctx, d, op, func(ctx context.Context) (T, error) { return f(ctx, safe) })
 }

@@ -182,6 +182,15 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- lease expired with every attempt spent go to dead. A poison message never
 -- reaches a finalize, so this is the only way it stops being claimed.
 -- Run it with every claim (the dispatcher does).
+-- Grace: a row is reaped only @grace after its lease expired. An expired
+-- lease does not mean the owner crashed: it may have delivered the message
+-- and be only late to finalize (database briefly unreachable, a slow
+-- commit). Reaped at once, such a message would be buried although it was
+-- delivered: `dead retry` would deliver it twice, and in an ordered
+-- aggregate it would block every later event behind a delivered one. Within
+-- the grace the owner's fenced OutboxMarkDone still succeeds (nobody else can
+-- claim the row: attempts >= max). A message that crashes every worker is
+-- still buried, only @grace later.
 -- Lock strategy: plain UPDATE; rows locked by a concurrent claim are waited
 -- for, and the claim cannot take them (attempts >= max).
 -- Index: outbox_leased.
@@ -193,5 +202,5 @@ UPDATE outbox
        lease_owner = NULL,
        lease_until = NULL
  WHERE status = 'processing'
-   AND lease_until < now()
+   AND lease_until < now() - @grace::interval
    AND attempts >= @max_attempts::integer;

@@ -75,7 +75,7 @@ func (b *bundle) claim(t *testing.T, owner string, batch int, lease time.Duratio
 
 // claimWith runs the seed's claim(): reap, then claim, sorted by id.
 func claimWith(ctx context.Context, q *db.Queries, owner string, batch int, lease time.Duration, maxAttempts int) ([]claimed, error) {
-	if _, err := q.OutboxReap(ctx, int32(maxAttempts)); err != nil {
+	if _, err := q.OutboxReap(ctx, db.OutboxReapParams{MaxAttempts: int32(maxAttempts)}); err != nil {
 		return nil, err
 	}
 	rows, err := q.OutboxClaim(ctx, db.OutboxClaimParams{

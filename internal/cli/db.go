@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
@@ -41,6 +42,9 @@ func (a *app) resolveDatabase(f *flags, flagValue string) (*database, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
+	// TCP keepalive and TCP_USER_TIMEOUT, so a connection to a host that
+	// vanished is noticed in seconds, not hours (see dispatcher.Dialer).
+	cfg.ConnConfig.DialFunc = dispatcher.Dialer()
 	d.cfg = cfg
 	return d, nil
 }

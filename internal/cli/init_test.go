@@ -93,7 +93,7 @@ func TestInit_RefusesToOverwriteUnlessForce(t *testing.T) {
 		t.Errorf("--force did not rewrite %s", claim)
 	}
 	mustContain(t, r, "stdout", "    schema: migrations\n    queries: queries\n")
-	mustContain(t, r, "stderr", "wrote 9 files for table billing_outbox:")
+	mustContain(t, r, "stderr", "wrote 10 files for table billing_outbox:")
 
 	long := strings.Repeat("x", 50)
 	r = call(t, invocation{}, "init", "--table", long, "--dir", t.TempDir())
@@ -165,8 +165,8 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(written) != 9 {
-		t.Errorf("wrote %d files, want 9 (3 migrations, 6 query files)", len(written))
+	if len(written) != 10 {
+		t.Errorf("wrote %d files, want 10 (3 migrations, 7 query files)", len(written))
 	}
 	names := 0
 	for p, text := range written {

@@ -155,6 +155,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	shutdownTimeout := f.duration("shutdown-timeout", dispatcher.ShutdownTimeoutDefault, "how long publishes in flight may finish after SIGINT/SIGTERM")
 	maxDeferAge := f.durationDays("max-defer-age", dispatcher.MaxDeferAgeDefault, "how long after created_at a message may keep being deferred before it goes to dead")
 	noListen := f.Bool("no-listen", false, "do not LISTEN for NOTIFY wake-ups, poll only (PgBouncer in transaction mode)")
+	claimTimeout := f.duration("claim-timeout", dispatcher.ClaimTimeoutDefault, "bound on one claim statement; a claim that fails on one row or times out falls back to claiming without payloads and reading each message alone")
+	writeTimeout := f.duration("write-timeout", dispatcher.WriteTimeoutDefault, "bound on each attempt of a finalize, hand-back or lease extension (retried with backoff)")
+	reapGrace := f.duration("reap-grace", dispatcher.ReapGraceDefault, "how long after its lease expired a message with every attempt spent is left to its owner before it goes to dead")
 	statsInterval := f.duration("stats-interval", dispatcher.StatsIntervalDefault, "how often the queue gauges are read from the database")
 
 	metricsAddr := f.String("metrics-addr", "", "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9090 or :9090 (default: off)")
@@ -199,6 +202,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		f.checkPositive("shutdown-timeout", *shutdownTimeout),
 		f.checkPositive("max-defer-age", *maxDeferAge),
 		f.checkPositive("stats-interval", *statsInterval),
+		f.checkPositive("claim-timeout", *claimTimeout),
+		f.checkPositive("write-timeout", *writeTimeout),
+		f.checkPositive("reap-grace", *reapGrace),
 		f.checkPositive("health-interval", *healthEvery),
 		f.checkPositive("http-timeout", *httpTimeout),
 		f.checkPositive("nats-timeout", *natsTimeout),
@@ -241,6 +247,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		ShutdownTimeout:   *shutdownTimeout,
 		StatsInterval:     *statsInterval,
 		Source:            *ceSource,
+		ClaimTimeout:      *claimTimeout,
+		WriteTimeout:      *writeTimeout,
+		ReapGrace:         *reapGrace,
 	}
 	switch *claim {
 	case "all":

@@ -7,11 +7,18 @@
 // taken by someone else) but resets every existing connection and every new
 // one as soon as it is accepted: to the client this looks like a broker that
 // refuses connections.
+//
+// Blackhole freezes the connections open at that moment: their sockets stay
+// open, but no byte is forwarded any more in either direction (what the
+// client sends is read and dropped), as when a NAT or firewall loses the
+// flow's state or the peer host freezes. New connections are forwarded as
+// usual: to the client this looks like a server that stopped answering on
+// the connections it holds, while a fresh connection works.
 package tcpproxy
 
 import (
 	"errors"
-	"io"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -21,14 +28,15 @@ import (
 // Proxy forwards TCP connections from Addr to a target address. Its methods
 // are safe for concurrent use.
 type Proxy struct {
-	t      testing.TB
+	logf   func(format string, args ...any)
 	target string
 	ln     net.Listener
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{} // both sides of every live pair
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]struct{} // both sides of every live pair
+	frozen map[net.Conn]bool     // sides of pairs frozen by Blackhole
+	wg     sync.WaitGroup
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards every accepted
@@ -36,15 +44,28 @@ type Proxy struct {
 // with t.Cleanup.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
+	p, err := New(target, t.Logf)
+	if err != nil {
+		t.Fatalf("tcpproxy: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// New is Start outside a test (the chaos suite): logf receives dial errors
+// (nil: dropped), and the caller calls Close.
+func New(target string, logf func(format string, args ...any)) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("tcpproxy: listen: %v", err)
+		return nil, fmt.Errorf("listen: %w", err)
 	}
-	p := &Proxy{t: t, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	p := &Proxy{logf: logf, target: target, ln: ln, conns: map[net.Conn]struct{}{}, frozen: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.acceptLoop()
-	t.Cleanup(p.close)
-	return p
+	return p, nil
 }
 
 // Addr is the proxy's listen address, host:port.
@@ -62,6 +83,49 @@ func (p *Proxy) Down() {
 	}
 }
 
+// Blackhole freezes every connection open now: it stays open and what
+// either side sends is dropped, for as long as the pair lives. Connections
+// accepted afterwards are forwarded normally.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		p.frozen[c] = true
+	}
+}
+
+// Frozen is the number of client connections frozen by Blackhole and still
+// open.
+func (p *Proxy) Frozen() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.frozen) / 2
+}
+
+func (p *Proxy) isFrozen(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frozen[c]
+}
+
+// pipe copies src to dst until src ends, dropping what arrives once src's
+// pair is frozen (the socket stays open and keeps being read, so the sender
+// never sees an error).
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isFrozen(src) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // Up accepts and forwards connections again.
 func (p *Proxy) Up() {
 	p.mu.Lock()
@@ -76,7 +140,9 @@ func (p *Proxy) Conns() int {
 	return len(p.conns) / 2
 }
 
-func (p *Proxy) close() {
+// Close stops listening, resets every connection and waits for the
+// forwarding goroutines.
+func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.Down()
 	p.wg.Wait()
@@ -108,7 +174,7 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
-		p.t.Logf("tcpproxy: dial %s: %v", p.target, err)
+		p.logf("tcpproxy: dial %s: %v", p.target, err)
 		reset(client)
 		return
 	}
@@ -129,6 +195,8 @@ func (p *Proxy) serve(client net.Conn) {
 			p.mu.Lock()
 			delete(p.conns, client)
 			delete(p.conns, server)
+			delete(p.frozen, client)
+			delete(p.frozen, server)
 			p.mu.Unlock()
 			_ = client.Close()
 			_ = server.Close()
@@ -136,8 +204,8 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go func() { defer copies.Done(); _, _ = io.Copy(server, client); done() }()
-	go func() { defer copies.Done(); _, _ = io.Copy(client, server); done() }()
+	go func() { defer copies.Done(); p.pipe(server, client); done() }()
+	go func() { defer copies.Done(); p.pipe(client, server); done() }()
 	copies.Wait()
 }
 

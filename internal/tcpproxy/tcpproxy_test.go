@@ -104,3 +104,33 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// Blackhole freezes the connections open at that moment (no reply, no
+// error: the read runs into its deadline) while new connections work.
+func TestBlackhole_FreezesOpenConnectionsAndForwardsNewOnes(t *testing.T) {
+	p := Start(t, startEcho(t))
+	old := dialProxy(t, p)
+	defer old.Close()
+	if got, err := roundTrip(old, "before"); err != nil || got != "before" {
+		t.Fatalf("before blackhole: %q, %v", got, err)
+	}
+	p.Blackhole()
+	if p.Frozen() != 1 {
+		t.Fatalf("Frozen = %d, want 1", p.Frozen())
+	}
+	_ = old.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := io.WriteString(old, "lost\n"); err != nil {
+		t.Fatalf("write on a frozen connection must succeed (the socket is open): %v", err)
+	}
+	buf := make([]byte, 16)
+	_, err := old.Read(buf)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read on a frozen connection = %v, want a timeout (no reply, no reset)", err)
+	}
+	fresh := dialProxy(t, p)
+	defer fresh.Close()
+	if got, err := roundTrip(fresh, "after"); err != nil || got != "after" {
+		t.Fatalf("new connection after blackhole: %q, %v", got, err)
+	}
+}

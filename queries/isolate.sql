@@ -1,0 +1,118 @@
+-- Isolation path. A claim that returns payloads fails as a whole when one row
+-- cannot be returned (a jsonb whose text form exceeds 1 GB fails with 54000
+-- "out of memory" after seconds of CPU; other data or resource errors alike)
+-- and it rolls back, so attempts never rise and the row stays first in line
+-- for ever. These queries claim without the payload and read each claimed
+-- row's payload with its own statement, so one unreadable row can be told
+-- apart and sent to dead (OutboxMarkDead) while its neighbours flow. The
+-- recovery lane uses them too: a recovered message is read the same way.
+-- Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
+-- OutboxClaim does, so every later write is fenced the same way.
+
+-- OutboxIsolateClaim claims up to @batch unordered pending messages without
+-- their payload: the same rows, in the same id order, as OutboxClaim's ready
+-- branch.
+-- Lock strategy: FOR UPDATE SKIP LOCKED, then an UPDATE by primary key
+-- through id = ANY(ARRAY(...)), as OutboxClaim.
+-- Index: outbox_pending (partial: pending unordered), order (id, available_at).
+-- 0 rows: nothing claimable right now.
+-- name: OutboxIsolateClaim :many
+WITH ready AS (
+    SELECT id
+      FROM outbox
+     WHERE status = 'pending'
+       AND available_at <= now()
+       AND NOT ordered
+     ORDER BY id, available_at
+     LIMIT @batch::integer
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = @owner::text,
+       lease_until   = now() + @lease::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+ WHERE o.id = ANY (ARRAY(SELECT id FROM ready))
+RETURNING o.id, o.lease_version, o.attempts, o.ordered;
+
+-- OutboxIsolateClaimOrdered claims up to @batch ordered heads without their
+-- payload: pending rows with no earlier (xid, id) pending, processing or dead
+-- row of the same aggregate, below the snapshot's xmin horizon (the head rule
+-- of OutboxClaimOrdered, written as a plain NOT EXISTS: this is the fallback
+-- path, taken only after a claim failed, so simplicity beats the loose index
+-- scan). The head is re-checked on the locked row version.
+-- Lock strategy: FOR UPDATE SKIP LOCKED on the heads, UPDATE by primary key.
+-- Index: outbox_ordered_head (aggregate_id, xid, id) for the NOT EXISTS probe.
+-- Order: by id. 0 rows: no claimable head right now.
+-- name: OutboxIsolateClaimOrdered :many
+WITH ready AS (
+    SELECT o.id
+      FROM outbox AS o
+     WHERE o.ordered
+       AND o.status = 'pending'
+       AND o.available_at <= now()
+       AND o.xid < pg_snapshot_xmin(pg_current_snapshot())
+       AND NOT EXISTS (
+            SELECT 1
+              FROM outbox AS p
+             WHERE p.ordered
+               AND p.aggregate_id = o.aggregate_id
+               AND p.status IN ('pending', 'processing', 'dead')
+               AND (p.xid, p.id) < (o.xid, o.id))
+     ORDER BY o.id
+     LIMIT @batch::integer
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = @owner::text,
+       lease_until   = now() + @lease::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+ WHERE o.id = ANY (ARRAY(SELECT id FROM ready))
+RETURNING o.id, o.lease_version, o.attempts, o.ordered;
+
+-- OutboxClaimExpired is the recovery lane's claim: the one message whose
+-- lease expired longest ago with attempts left (a crashed or frozen owner's),
+-- without its payload. The lane publishes it alone, apart from the main
+-- pipeline, which never recovers expired leases itself. An expired ordered
+-- row is always its aggregate's head (nothing after it was claimable while
+-- it was processing), so recovering it keeps the order.
+-- @unordered / @ordered select the kinds this dispatcher claims.
+-- Lock strategy: FOR UPDATE SKIP LOCKED; UPDATE by primary key.
+-- Index: outbox_leased (lease_until, partial: processing).
+-- 0 rows: no expired lease to recover.
+-- name: OutboxClaimExpired :many
+WITH expired AS (
+    SELECT id
+      FROM outbox
+     WHERE status = 'processing'
+       AND lease_until < now()
+       AND attempts < @max_attempts::integer
+       AND ((ordered AND @ordered::boolean) OR (NOT ordered AND @unordered::boolean))
+     ORDER BY lease_until
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = @owner::text,
+       lease_until   = now() + @lease::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+ WHERE o.id = ANY (ARRAY(SELECT id FROM expired))
+RETURNING o.id, o.lease_version, o.attempts, o.ordered;
+
+-- OutboxIsolateRead reads one claimed message in full, fenced: only while the
+-- caller still holds the lease it claimed. A data or resource error here
+-- (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
+-- it to dead with OutboxMarkDead, naming the SQLSTATE.
+-- Lock strategy: none (a plain read by primary key).
+-- No row (pgx.ErrNoRows): lease lost.
+-- name: OutboxIsolateRead :one
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+  FROM outbox
+ WHERE id = @id::bigint
+   AND status = 'processing'
+   AND lease_version = @lease_version::bigint;
