@@ -322,7 +322,7 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 	deadline := start.Add(d.cfg.Lease)
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
-		d.dispatch(jobs, newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
 			r.EventType, r.Payload, r.Headers, r.CreatedAt, false))
 	}
 	return len(rows), nil
@@ -344,7 +344,7 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, cursor *string, jo
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
 		last = max(last, r.AggregateID)
-		d.dispatch(jobs, newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
 			r.EventType, r.Payload, r.Headers, r.CreatedAt, true))
 	}
 	// Round-robin over aggregates: continue after the last one served; wrap
@@ -364,12 +364,15 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, cursor *string, jo
 
 // dispatch hands a claimed job to the workers.
 func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
-	j.msg.Source = d.cfg.Source
 	d.inFlight.Add(1)
 	jobs <- j
 }
 
-func newJob(id, leaseVersion int64, attempts int32, deadline time.Time,
+// newJob builds the job of one claimed row. Every path that publishes (the
+// main pipeline, the recovery lane, the isolation path) builds its job here,
+// so every message carries the dispatcher's Source: a message published
+// again after a takeover must keep its idempotency key.
+func (d *Dispatcher) newJob(id, leaseVersion int64, attempts int32, deadline time.Time,
 	aggregateType, aggregateID, eventType string, payload, headers []byte, createdAt time.Time, ordered bool) *job {
 	return &job{
 		id:           id,
@@ -379,6 +382,7 @@ func newJob(id, leaseVersion int64, attempts int32, deadline time.Time,
 		msg: Message{
 			ID:            IDString(id),
 			OutboxID:      id,
+			Source:        d.cfg.Source,
 			AggregateType: aggregateType,
 			AggregateID:   aggregateID,
 			EventType:     eventType,

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,7 +169,9 @@ func TestRecovery_DoesNotWaitForPublishesInFlight(t *testing.T) {
 	long := b.enqueue(t, 1, "long", false)[0]
 	release := make(chan struct{})
 	entered := make(chan struct{})
+	var sources sync.Map // outbox id -> Message.Source
 	rec := newRecorder(func(ctx context.Context, m dispatcher.Message) error {
+		sources.Store(m.OutboxID, m.Source)
 		if m.OutboxID == long {
 			close(entered)
 			select {
@@ -208,6 +211,13 @@ func TestRecovery_DoesNotWaitForPublishesInFlight(t *testing.T) {
 	}
 	if s := d.Stats(); s.Recovered != 1 {
 		t.Fatalf("Recovered = %d, want 1", s.Recovered)
+	}
+	// The recovered message keeps the idempotency key of its first delivery:
+	// the same Source as every message of this outbox.
+	for _, id := range append([]int64{crashed}, fresh...) {
+		if src, _ := sources.Load(id); src != d.Source() {
+			t.Fatalf("message %d published with Source %q, want %q", id, src, d.Source())
+		}
 	}
 }
 

@@ -105,7 +105,7 @@ func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline tim
 		// Whether or not that write applied, the lease ends no earlier than
 		// start + Lease (a failed write left the longer one).
 		deadline = start.Add(d.cfg.Lease)
-		return newJob(row.ID, r.leaseVersion, r.attempts, deadline, row.AggregateType, row.AggregateID,
+		return d.newJob(row.ID, r.leaseVersion, r.attempts, deadline, row.AggregateType, row.AggregateID,
 			row.EventType, row.Payload, row.Headers, row.CreatedAt, r.ordered)
 	}
 	j := &job{id: r.id, leaseVersion: r.leaseVersion, attempts: r.attempts, deadline: deadline,
