@@ -109,10 +109,10 @@ type Querier interface {
 	// Lock strategy: none beyond the insert; the statement trigger outbox_notify
 	// wakes idle dispatchers at COMMIT.
 	// available_at: NULL means now() of the database (deliver as soon as possible).
+	// headers: NULL or empty bytes store {} (the column is NOT NULL jsonb); the
+	// bytea cast keeps the Go type []byte and lets an empty json.RawMessage
+	// through to nullif instead of failing as invalid json.
 	OutboxEnqueue(ctx context.Context, arg OutboxEnqueueParams) (int64, error)
-	// OutboxEnqueueMany bulk-inserts events with COPY (available now).
-	// Lock strategy: none; one NOTIFY per COPY through the statement trigger.
-	OutboxEnqueueMany(ctx context.Context, arg []OutboxEnqueueManyParams) (int64, error)
 	// OutboxExpiredLeases: processing rows past their lease (crashed workers, or
 	// leases too short for the publish time).
 	// Index: outbox_leased.

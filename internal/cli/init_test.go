@@ -193,17 +193,26 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 
 	// sqlc generate with the printed entry.
 	sqlc := filepath.Join(tmp, "sqlc")
-	runCmd(t, modRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-o", sqlc, "github.com/sqlc-dev/sqlc/cmd/sqlc")
+	runCmd(t, modRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-modfile=tools.mod", "-o", sqlc, "github.com/sqlc-dev/sqlc/cmd/sqlc")
 	runCmd(t, proj, nil, sqlc, "generate")
 	querier, err := os.ReadFile(filepath.Join(outDir, "billingoutbox", "querier.go"))
 	if err != nil {
 		t.Fatalf("sqlc did not generate the package: %v", err)
 	}
 	for _, want := range []string{"BillingOutboxClaim(ctx context.Context, arg BillingOutboxClaimParams) ([]BillingOutboxClaimRow, error)",
-		"BillingOutboxEnqueueMany(ctx context.Context, arg []BillingOutboxEnqueueManyParams) (int64, error)"} {
+		"BillingOutboxEnqueue(ctx context.Context, arg BillingOutboxEnqueueParams) (int64, error)"} {
 		if !strings.Contains(string(querier), want) {
 			t.Errorf("querier.go lacks %q", want)
 		}
+	}
+	// Copying queries/ must not add CopyFrom to the app's DBTX (issue 13,
+	// item 4): the :copyfrom query lives in queries/copyfrom, opt-in.
+	dbgo, err := os.ReadFile(filepath.Join(outDir, "billingoutbox", "db.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(dbgo), "CopyFrom") {
+		t.Errorf("the generated DBTX has CopyFrom:\n%s", dbgo)
 	}
 
 	// A module of its own that uses the generated package.
