@@ -11,65 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 	"github.com/pgoutbox/pgoutbox/queries"
 )
-
-func TestRename_WholeIdentifiersOnly(t *testing.T) {
-	t.Parallel()
-	r := tableRename{table: "billing_outbox", camel: "BillingOutbox"}
-	in := `-- OutboxClaim reads outbox through outbox_pending; the outbox prose stays.
--- name: OutboxClaim :many
-SELECT o.id, outboxes, my_outbox, outbox_x, OUTBOX.id, "outbox", 'outbox', 'outbox is a word', 'outbox_pending',
-       Outboxy, OutboxClaimer, outbox2, x_outbox_y, @outbox_id::bigint,
-       'outbox.notified_at', 'public.outbox', 'outbox.x y', 'myoutbox.wake'
-  FROM outbox AS o /* outbox_leased OutboxReap /* nested outbox_dead */ */
- WHERE $1 = 1 AND 1e5 > 0;
-CREATE FUNCTION outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $body$
-BEGIN PERFORM pg_notify('outbox', ''); UPDATE outbox SET x = 1; END;
-$body$;`
-	want := `-- BillingOutboxClaim reads outbox through billing_outbox_pending; the outbox prose stays.
--- name: BillingOutboxClaim :many
-SELECT o.id, outboxes, my_outbox, billing_outbox_x, billing_outbox.id, "billing_outbox", 'billing_outbox', 'outbox is a word', 'billing_outbox_pending',
-       Outboxy, BillingOutboxClaimer, outbox2, x_outbox_y, @billing_outbox_id::bigint,
-       'billing_outbox.notified_at', 'public.billing_outbox', 'outbox.x y', 'myoutbox.wake'
-  FROM billing_outbox AS o /* billing_outbox_leased BillingOutboxReap /* nested billing_outbox_dead */ */
- WHERE $1 = 1 AND 1e5 > 0;
-CREATE FUNCTION billing_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $body$
-BEGIN PERFORM pg_notify('billing_outbox', ''); UPDATE billing_outbox SET x = 1; END;
-$body$;`
-	got, produced := r.renameSQL(in)
-	if got != want {
-		t.Errorf("rename:\n got: %s\nwant: %s", got, want)
-	}
-	if len(produced) == 0 {
-		t.Error("no produced identifiers reported")
-	}
-	if left := leftovers(got, "billing_outbox", "BillingOutbox"); len(left) != 0 {
-		t.Errorf("leftovers after rename: %v", left)
-	}
-	// The checker itself finds what a rename missed.
-	if left := leftovers(in, "billing_outbox", "BillingOutbox"); len(left) < 8 {
-		t.Errorf("leftovers of the original found only %v", left)
-	}
-}
-
-func TestRename_TableNameValidation(t *testing.T) {
-	t.Parallel()
-	for _, ok := range []string{"billing_outbox", "outbox", "events", "_private_outbox", "a", "type", "audit_log2"} {
-		if err := validateTable(ok); err != nil {
-			t.Errorf("%q rejected: %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "user", "order", "table", "select", "Billing", "billing-outbox", "1outbox", "billing outbox",
-		"x;drop table y", "pg_outbox", "_1", "_", strings.Repeat("a", 64), "caf\u00e9"} {
-		if err := validateTable(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	if camelCase("billing_outbox") != "BillingOutbox" || camelCase("_a__b2_c") != "AB2C" {
-		t.Error("camelCase")
-	}
-}
 
 func TestInit_RefusesToOverwriteUnlessForce(t *testing.T) {
 	t.Parallel()
@@ -83,7 +27,8 @@ func TestInit_RefusesToOverwriteUnlessForce(t *testing.T) {
 	}
 	r = call(t, invocation{}, args...)
 	wantCode(t, r, ExitFailure)
-	mustContain(t, r, "stderr", "pgoutbox: init: refusing to overwrite existing files (pass --force to replace them): "+filepath.Join(dir, "migrations", "00001_billing_outbox.sql"))
+	mustContain(t, r, "stderr", "pgoutbox: init: "+filepath.Join(dir, "migrations")+" already holds pgoutbox migrations: 00001_billing_outbox.sql (00001_outbox.sql)")
+	mustContain(t, r, "stderr", "run the same command with --upgrade")
 	if b, _ := os.ReadFile(claim); string(b) != "-- my edits\n" {
 		t.Errorf("a refused init changed %s", claim)
 	}
@@ -173,7 +118,7 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 		if left := naiveLeftovers(text); len(left) > 0 {
 			t.Errorf("%s still names the old table: %q", p, left)
 		}
-		if left := leftovers(text, "billing_outbox", "BillingOutbox"); len(left) > 0 {
+		if left := sqlrename.Leftovers(text, "billing_outbox", "BillingOutbox"); len(left) > 0 {
 			t.Errorf("%s: leftovers %q", p, left)
 		}
 		names += strings.Count(text, "-- name: BillingOutbox")
