@@ -275,7 +275,7 @@ func TestInit_SchemaAppliesNextToPublicOutbox(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "outbox")
 	r := call(t, invocation{}, "init", "--table", "hr_outbox", "--schema", "hr", "--dir", dir)
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stderr", "goose -dir "+filepath.Join(dir, "migrations")+" -table hr.pgoutbox_migrations postgres \"$DATABASE_URL\" up")
+	mustContain(t, r, "stderr", "goose -dir "+filepath.Join(dir, "migrations")+" -table hr.hr_outbox_migrations postgres \"$DATABASE_URL\" up")
 	mustContain(t, r, "stderr", "pgoutbox run --table hr_outbox --schema hr")
 	b, err := os.ReadFile(filepath.Join(dir, "migrations", "00001_hr_outbox.sql"))
 	if err != nil {
@@ -295,7 +295,7 @@ func TestInit_SchemaAppliesNextToPublicOutbox(t *testing.T) {
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, os.DirFS(filepath.Join(dir, "migrations")),
-		goose.WithTableName("hr.pgoutbox_migrations"), goose.WithDisableGlobalRegistry(true))
+		goose.WithTableName("hr.hr_outbox_migrations"), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,9 @@ after the highest version in the target folder (numbered 00001_... or
 timestamped 20240101120000_..., keeping the width), or from --start-version.
 Two layouts, each with the goose command to apply it printed at the end:
   - a folder of their own, DIR/migrations (the default), applied with
-    pgoutbox's own version table: goose -dir DIR/migrations -table pgoutbox_migrations ...
+    a version table of its own (pgoutbox_migrations for the table outbox,
+    NAME_migrations otherwise, as pgoutbox migrate --table uses):
+    goose -dir DIR/migrations -table NAME_migrations ...
   - your application's goose folder (--migrations-dir db/migrations), numbered
     after your latest migration and applied by your usual goose command and
     version table.
@@ -376,12 +378,12 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	for _, fl := range files {
 		fmt.Fprintf(a.stderr, "  %s\n", fl.path)
 	}
-	gooseCmd := fmt.Sprintf(`goose -dir %s -table %s postgres "$DATABASE_URL" up`, migDir, versionTableFor(*schema))
+	gooseCmd := fmt.Sprintf(`goose -dir %s -table %s postgres "$DATABASE_URL" up`, migDir, migrations.VersionTableFor(*table, *schema))
 	if *schema != "" {
 		// goose creates its version table before the first migration runs.
 		gooseCmd = fmt.Sprintf("psql \"$DATABASE_URL\" -c 'CREATE SCHEMA IF NOT EXISTS %s'   # the version table lives in the schema\n       %s", *schema, gooseCmd)
 	}
-	how := "its own goose history (pgoutbox's version table; never mixed with your app's)"
+	how := "its own goose history (a version table of its own, never mixed with your app's)"
 	if !ownFolder {
 		gooseCmd = fmt.Sprintf(`goose -dir %s postgres "$DATABASE_URL" up   # or your usual migrator, with your version table`, migDir)
 		how = "your application's goose history (numbered after " + cmp.Or(folder.highestFile, "nothing: the folder was empty") + ")"
@@ -400,12 +402,6 @@ Next:
   4. relay: pgoutbox run %s ...   (or dispatcher.Config{Table: %q, Schema: %q})
 `, migDir, how, gooseCmd, r.Camel(), *table, *table, runFlags, *table, *schema)
 	return nil
-}
-
-// versionTableFor is the goose version table for pgoutbox's own history of a
-// table in schema.
-func versionTableFor(schema string) string {
-	return qualified(schema, migrations.VersionTable)
 }
 
 // versionOf is the goose version of a migration file name.

@@ -240,6 +240,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		MaxDeferAge:       *maxDeferAge,
 		ShutdownTimeout:   *shutdownTimeout,
 		StatsInterval:     *statsInterval,
+		Table:             a.table,
+		Schema:            a.schema,
 	}
 	switch *claim {
 	case "all":
