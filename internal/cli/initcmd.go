@@ -327,8 +327,9 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 		b, err := os.ReadFile(fl.path)
 		switch {
 		case err == nil:
-			// --upgrade rewrites the query files init wrote before.
-			if *upgrade && strings.HasPrefix(fl.path, queryDir) && copiedRe.Match(b) {
+			// --upgrade rewrites pgoutbox's query files: those init wrote
+			// before, or copied by hand (they hold this table's query names).
+			if *upgrade && strings.HasPrefix(fl.path, queryDir) && (copiedRe.Match(b) || bytes.Contains(b, []byte("-- name: "+r.Camel()))) {
 				continue
 			}
 			existing = append(existing, fl.path)
