@@ -91,6 +91,7 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "    schema: internal/outbox/migrations\n    queries: internal/outbox/queries\n")
 	mustContain(t, r, "stdout", "        sql_package: pgx/v5\n")
+	mustContain(t, r, "stdout", "          - db_type: xid8\n            go_type: github.com/jackc/pgx/v5/pgtype.Uint64\n")
 	mustContain(t, r, "stdout", "          - db_type: pg_catalog.interval\n            go_type: time.Duration\n")
 	mustContain(t, r, "stdout", "          - db_type: timestamptz\n            go_type: time.Time\n")
 	if err := os.WriteFile(filepath.Join(proj, "sqlc.yaml"), []byte(r.stdout), 0o644); err != nil {
