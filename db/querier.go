@@ -17,6 +17,19 @@ type Querier interface {
 	// size of the backlog waiting behind the head. Oldest first.
 	// Index: outbox_ordered_head (undelivered ordered rows only).
 	OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]OutboxBlockedAggregatesRow, error)
+	// The start check of the dispatcher and of every pgoutbox command: is the
+	// outbox table there as the queries need it? It reads only the catalogs, so
+	// it works whoever applied the migrations and with whatever goose version
+	// table.
+	// OutboxCheckTable resolves @relation (table or schema.table) as this
+	// session does, and returns its name as regclass text ('' when it does not
+	// resolve), the search_path seen, its columns, whether the trigger
+	// @trigger_name is on it, and every schema.table named @table_name (to say
+	// where a table is when it is not found).
+	// Lock strategy: none (catalog reads, no lock on the table).
+	// Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
+	// 0 rows: never; one row always.
+	OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (OutboxCheckTableRow, error)
 	// Claims. Each runs as one autocommit statement (a short transaction): it
 	// writes ownership into the row (status, lease_owner, lease_until, and
 	// lease_version + 1, the fencing token) and COMMITs before anything is

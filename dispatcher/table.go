@@ -121,52 +121,36 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	// One catalog read: the relation as this session resolves it, its
-	// columns and its trigger; the search_path for the message; and the
-	// schemas holding a table of that name (to say where it is).
-	var (
-		found      *string
-		searchPath string
-		cols       []string
-		hasTrigger bool
-		elsewhere  []string
-	)
-	err = q.QueryRow(ctx, `
-SELECT c.oid::regclass::text,
-       current_setting('search_path'),
-       coalesce((SELECT array_agg(attname::text) FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped), '{}'),
-       EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = c.oid AND tgname = $2 AND NOT tgisinternal),
-       coalesce((SELECT array_agg(n.nspname::text || '.' || k.relname::text ORDER BY n.nspname)
-                   FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace
-                  WHERE k.relname = $3 AND k.relkind IN ('r', 'p')), '{}')
-  FROM (SELECT to_regclass($1) AS oid) t
-  LEFT JOIN pg_class c ON c.oid = t.oid`,
-		r.Qualified(), table+"_notify", table).Scan(&found, &searchPath, &cols, &hasTrigger, &elsewhere)
+	// One catalog read (queries/check.sql), on the generated query as it
+	// is: it names no outbox table, so no rename applies.
+	row, err := db.New(q).OutboxCheckTable(ctx, db.OutboxCheckTableParams{
+		Relation: r.Qualified(), TriggerName: table + "_notify", TableName: table,
+	})
 	if err != nil {
 		return fmt.Errorf("outbox: check table %s: %w", r.Qualified(), err)
 	}
 	where := fmt.Sprintf("schema %s", cmpOr(schema, "(none: resolved through the search_path)"))
-	seen := fmt.Sprintf("search_path seen: %s", searchPath)
-	if found == nil {
+	seen := fmt.Sprintf("search_path seen: %s", row.SearchPath)
+	if row.Relation == "" {
 		hint := "apply the pgoutbox migrations (pgoutbox migrate up, or your goose setup for the files pgoutbox init copied)"
-		if len(elsewhere) > 0 {
-			hint = fmt.Sprintf("a table of that name exists as %s: set the schema (Config.Schema, --schema) or the search_path instead of migrating again", strings.Join(elsewhere, ", "))
+		if len(row.Elsewhere) > 0 {
+			hint = fmt.Sprintf("a table of that name exists as %s: set the schema (Config.Schema, --schema) or the search_path instead of migrating again", strings.Join(row.Elsewhere, ", "))
 		}
 		return fmt.Errorf("%w: table %s not found (%s; %s); %s", ErrOutboxTable, table, where, seen, hint)
 	}
 	var missing []string
 	for _, c := range requiredColumns() {
-		if !slices.Contains(cols, c) {
+		if !slices.Contains(row.Columns, c) {
 			missing = append(missing, c)
 		}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: table %s (%s; %s) lacks the columns %s: apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
-			ErrOutboxTable, *found, where, seen, strings.Join(missing, ", "))
+			ErrOutboxTable, row.Relation, where, seen, strings.Join(missing, ", "))
 	}
-	if !withoutTrigger && !hasTrigger {
+	if !withoutTrigger && !row.HasTrigger {
 		return fmt.Errorf("%w: table %s (%s; %s) has no trigger %s_notify, so no NOTIFY wakes dispatchers: apply the pgoutbox migrations, or disable LISTEN",
-			ErrOutboxTable, *found, where, seen, table)
+			ErrOutboxTable, row.Relation, where, seen, table)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
+	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -249,36 +250,31 @@ func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versio
 	if err != nil {
 		return err
 	}
-	var (
-		haveVersions bool
-		found        *string
-		searchPath   string
-		elsewhere    []string
-	)
-	err = pool.QueryRow(ctx, `
-SELECT to_regclass($1) IS NOT NULL, to_regclass($2)::text, current_setting('search_path'),
-       coalesce((SELECT array_agg(n.nspname::text || '.' || c.relname::text ORDER BY n.nspname)
-                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                  WHERE c.relname = $3 AND c.relkind IN ('r', 'p')), '{}')`,
-		versionTable, r.Qualified(), r.Table()).Scan(&haveVersions, &found, &searchPath, &elsewhere)
-	if err != nil {
+	var haveVersions bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&haveVersions); err != nil {
 		return a.dbError("migrate up", err)
 	}
 	if haveVersions {
 		return nil
 	}
+	row, err := db.New(pool).OutboxCheckTable(ctx, db.OutboxCheckTableParams{
+		Relation: r.Qualified(), TriggerName: r.Table() + "_notify", TableName: r.Table(),
+	})
+	if err != nil {
+		return a.dbError("migrate up", err)
+	}
 	flags := "--table " + r.Table()
 	if a.schema != "" {
 		flags += " --schema " + a.schema
 	}
-	if found != nil {
+	if row.Relation != "" {
 		return failf("migrate up: table %s already exists, but pgoutbox's version table %s does not: its migrations were applied another way (your application's goose history, or by hand). "+
 			"Nothing to migrate here: `pgoutbox run %s` and the other commands check the table itself. For the migrations of a newer pgoutbox, run `pgoutbox init --upgrade` on your copy and apply it as before.",
-			*found, versionTable, flags)
+			row.Relation, versionTable, flags)
 	}
-	if len(elsewhere) > 0 {
+	if len(row.Elsewhere) > 0 {
 		return failf("migrate up: no table %s in the search_path (%s), but %s exists: pass --schema (and use the same on every command) instead of creating a second outbox",
-			r.Qualified(), searchPath, strings.Join(elsewhere, ", "))
+			r.Qualified(), row.SearchPath, strings.Join(row.Elsewhere, ", "))
 	}
 	return nil
 }
