@@ -1,9 +1,10 @@
 # pgoutbox — see README.md. Every target works from a clean clone with Go and
-# the PostgreSQL server binaries; no global installs (sqlc runs through go run
-# at the version pinned in go.mod by tools.go).
+# the PostgreSQL server binaries; no global installs (sqlc runs through
+# `go tool` at the version pinned in tools.mod, a module file of its own so
+# that importers of pgoutbox inherit none of sqlc's requirements; see tools.go).
 
 GO       ?= go
-SQLC     := CGO_ENABLED=0 $(GO) run github.com/sqlc-dev/sqlc/cmd/sqlc
+SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc
 PKGS     := ./...
 
 .PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long build
@@ -14,10 +15,12 @@ all: verify test
 generate:
 	$(SQLC) generate
 
-## verify: generated code current, go.mod tidy, vet, gofmt
+## verify: generated code current, go.mod and tools.mod tidy, vet, gofmt
 verify:
 	$(SQLC) diff
 	$(GO) mod tidy -diff
+	$(GO) mod tidy -modfile=tools.mod -diff
+	cd bench && $(GO) mod tidy -diff
 	$(GO) vet $(PKGS)
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

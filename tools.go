@@ -1,12 +1,18 @@
-//go:build tools
+//go:build ignore
 
-// Package tools pins the code generator so `make generate` runs the version
-// recorded in go.mod through `go run`, with no global install.
+// This file documents how pgoutbox pins its code generator; the ignore build
+// tag keeps it out of every build and out of `go mod tidy`.
 //
-// goose's CLI is deliberately not pinned here: it would pull every database
-// driver into go.mod. Migrations run through migrations.Up / the pgoutbox CLI.
+// sqlc is pinned in a separate module file, tools.mod (with tools.sum), as a
+// `tool` directive, and run with
+//
+//	go tool -modfile=tools.mod sqlc generate
+//
+// (`make generate`, `make verify`). The main go.mod therefore lists only
+// what the library and the CLI import: an application that imports
+// pgoutbox's dispatcher inherits no sqlc, SQL parser or wasm runtime
+// requirements. `make verify` checks that both files are tidy.
+//
+// goose's CLI is deliberately not pinned: it would pull every database
+// driver in. Migrations run through migrations.Up / the pgoutbox CLI.
 package tools
-
-import (
-	_ "github.com/sqlc-dev/sqlc/cmd/sqlc"
-)

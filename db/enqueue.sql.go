@@ -18,7 +18,7 @@ VALUES (
     $2::text,
     $3::text,
     $4::jsonb,
-    $5::jsonb,
+    coalesce(convert_from(nullif($5::bytea, ''::bytea), 'UTF8')::jsonb, '{}'::jsonb),
     $6::boolean,
     coalesce($7::timestamptz, now())
 )
@@ -42,6 +42,9 @@ type OutboxEnqueueParams struct {
 // Lock strategy: none beyond the insert; the statement trigger outbox_notify
 // wakes idle dispatchers at COMMIT.
 // available_at: NULL means now() of the database (deliver as soon as possible).
+// headers: NULL or empty bytes store {} (the column is NOT NULL jsonb); the
+// bytea cast keeps the Go type []byte and lets an empty json.RawMessage
+// through to nullif instead of failing as invalid json.
 func (q *Queries) OutboxEnqueue(ctx context.Context, arg OutboxEnqueueParams) (int64, error) {
 	row := q.db.QueryRow(ctx, outboxEnqueue,
 		arg.AggregateType,
@@ -55,13 +58,4 @@ func (q *Queries) OutboxEnqueue(ctx context.Context, arg OutboxEnqueueParams) (i
 	var id int64
 	err := row.Scan(&id)
 	return id, err
-}
-
-type OutboxEnqueueManyParams struct {
-	AggregateType string `json:"aggregate_type"`
-	AggregateID   string `json:"aggregate_id"`
-	EventType     string `json:"event_type"`
-	Payload       []byte `json:"payload"`
-	Headers       []byte `json:"headers"`
-	Ordered       bool   `json:"ordered"`
 }

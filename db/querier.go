@@ -17,6 +17,19 @@ type Querier interface {
 	// size of the backlog waiting behind the head. Oldest first.
 	// Index: outbox_ordered_head (undelivered ordered rows only).
 	OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]OutboxBlockedAggregatesRow, error)
+	// The start check of the dispatcher and of every pgoutbox command: is the
+	// outbox table there as the queries need it? It reads only the catalogs, so
+	// it works whoever applied the migrations and with whatever goose version
+	// table.
+	// OutboxCheckTable resolves @relation (table or schema.table) as this
+	// session does, and returns its name as regclass text ('' when it does not
+	// resolve), the search_path seen, its columns, whether the trigger
+	// @trigger_name is on it, and every schema.table named @table_name (to say
+	// where a table is when it is not found).
+	// Lock strategy: none (catalog reads, no lock on the table).
+	// Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
+	// 0 rows: never; one row always.
+	OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (OutboxCheckTableRow, error)
 	// Claims. Each runs as one autocommit statement (a short transaction): it
 	// writes ownership into the row (status, lease_owner, lease_until, and
 	// lease_version + 1, the fencing token) and COMMITs before anything is
@@ -120,10 +133,10 @@ type Querier interface {
 	// Lock strategy: none beyond the insert; the statement trigger outbox_notify
 	// wakes idle dispatchers at COMMIT.
 	// available_at: NULL means now() of the database (deliver as soon as possible).
+	// headers: NULL or empty bytes store {} (the column is NOT NULL jsonb); the
+	// bytea cast keeps the Go type []byte and lets an empty json.RawMessage
+	// through to nullif instead of failing as invalid json.
 	OutboxEnqueue(ctx context.Context, arg OutboxEnqueueParams) (int64, error)
-	// OutboxEnqueueMany bulk-inserts events with COPY (available now).
-	// Lock strategy: none; one NOTIFY per COPY through the statement trigger.
-	OutboxEnqueueMany(ctx context.Context, arg []OutboxEnqueueManyParams) (int64, error)
 	// OutboxExpiredLeases: processing rows past their lease (crashed workers, or
 	// leases too short for the publish time).
 	// Index: outbox_leased.

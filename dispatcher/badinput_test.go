@@ -255,9 +255,11 @@ func TestBadInput_NegativeAndZeroDurationsInConfig(t *testing.T) {
 	}
 }
 
-// A database without the schema: migrations.Check says so, and a dispatcher
-// started anyway neither dies nor spins silently: it logs database errors
-// and retries with backoff, counted in Stats().DBErrors.
+// A database without the schema: migrations.Check says so, and Run fails at
+// once with ErrOutboxTable (issue 13: it used to start and log "relation
+// does not exist" every second). A table that disappears after the start
+// is a database error like any other: the dispatcher neither dies nor spins
+// silently; it logs and retries with backoff, counted in Stats().DBErrors.
 func TestBadInput_DatabaseWithoutTheSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -290,9 +292,32 @@ func TestBadInput_DatabaseWithoutTheSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := d.Run(ctx); !errors.Is(err, dispatcher.ErrOutboxTable) {
+		t.Fatalf("Run without the table: %v, want ErrOutboxTable", err)
+	}
+
+	m, err := migrations.FromPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Close()
+	if _, err := dispatcher.Enqueue(ctx, pool, dispatcher.Event{AggregateType: "a", AggregateID: "b", EventType: "c", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	d, err = dispatcher.New(pool, newRecorder(nil), fast(dispatcher.Config{Logger: quietLogger(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(runCtx) }()
+	waitFor(t, 10*time.Second, "the first publish", func() bool { return d.Stats().Published > 0 })
+	if _, err := pool.Exec(ctx, "DROP TABLE outbox CASCADE"); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, 10*time.Second, "database errors counted", func() bool { return d.Stats().DBErrors >= 2 })
 	// Backoff, not a hot loop: far fewer errors than claim attempts a spin would make.
 	time.Sleep(time.Second)

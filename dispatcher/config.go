@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 )
 
 // Defaults. The seed's values where it gives them (batch 50, lease 60 s,
@@ -152,8 +155,17 @@ type Config struct {
 	// Defaults to false.
 	DisableListen bool
 
+	// Table is the outbox table, for a table created by `pgoutbox init
+	// --table` under another name; every query and the NOTIFY channel follow
+	// it. Defaults to TableDefault ("outbox").
+	Table string
+
+	// Schema is the schema of Table (`pgoutbox init --schema`). Defaults to
+	// none: the table is resolved through the connection's search_path.
+	Schema string
+
 	// Channel is the NOTIFY channel; the migration's trigger notifies on the
-	// table name. Defaults to ChannelDefault ("outbox").
+	// table name. Defaults to Table.
 	Channel string
 
 	// BackoffBase and BackoffCap shape the full-jitter backoff of retryable
@@ -262,7 +274,8 @@ func (c Config) withDefaults() Config {
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.WakeWindow = cmp.Or(c.WakeWindow, WakeWindowDefault)
-	c.Channel = cmp.Or(c.Channel, ChannelDefault)
+	c.Table = cmp.Or(c.Table, TableDefault)
+	c.Channel = cmp.Or(c.Channel, c.Table, ChannelDefault)
 	c.BackoffBase = cmp.Or(c.BackoffBase, BackoffBaseDefault)
 	c.BackoffCap = cmp.Or(c.BackoffCap, BackoffCapDefault)
 	c.MaxDeferAge = cmp.Or(c.MaxDeferAge, MaxDeferAgeDefault)
@@ -339,6 +352,10 @@ func (c Config) validate() error {
 		return bad("UnclassifiedErrors has unknown value %d", c.UnclassifiedErrors)
 	case c.Claim < ClaimAll || c.Claim > ClaimOrderedOnly:
 		return bad("Claim has unknown value %d", c.Claim)
+	case sqlrename.ValidateTable(c.Table) != nil:
+		return bad("%s", strings.Replace(sqlrename.ValidateTable(c.Table).Error(), "--table", "Table", 1))
+	case c.Schema != "" && sqlrename.ValidateSchema(c.Schema) != nil:
+		return bad("%s", strings.Replace(sqlrename.ValidateSchema(c.Schema).Error(), "--schema", "Schema", 1))
 	case !validChannel(c.Channel):
 		return bad("Channel %q must be a plain identifier (letters, digits, underscore)", c.Channel)
 	}

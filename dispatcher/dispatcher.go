@@ -51,7 +51,11 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	if cfg.Source == "" {
-		cfg.Source = DefaultSource(&pool.Config().ConnConfig.Config, defaultSchema, defaultTable)
+		cfg.Source = DefaultSource(&pool.Config().ConnConfig.Config, cfg.Schema, cfg.Table)
+	}
+	rename, err := newRenamer(cfg.Table, cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {
@@ -59,7 +63,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		pool:        pool,
-		q:           db.New(newCustomPlans(pool)),
+		q:           db.New(newCustomPlans(pool, rename)),
 		pub:         pub,
 		cfg:         cfg,
 		log:         cfg.Logger.With(slog.String("owner", cfg.Owner)),
@@ -82,6 +86,9 @@ func (d *Dispatcher) Owner() string { return d.cfg.Owner }
 // graceful shutdown. Transient database errors are retried with backoff; Run
 // does not return because of them.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	if err := d.checkTable(ctx); err != nil {
+		return err
+	}
 	if !d.running.CompareAndSwap(false, true) {
 		return errors.New("outbox: Run called twice on one Dispatcher")
 	}

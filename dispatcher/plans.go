@@ -30,19 +30,23 @@ import (
 // description is cached per connection; it executes through the unnamed
 // statement); with the description cache disabled in the pool's config,
 // QueryExecModeDescribeExec does the same in two.
+//
+// It is also where the queries are rewritten once each for Config.Table and
+// Config.Schema (rename is nil for the default table).
 type customPlans struct {
-	pool *pgxpool.Pool
-	mode pgx.QueryExecMode
+	pool   *pgxpool.Pool
+	mode   pgx.QueryExecMode
+	rename *renamer
 }
 
 var _ db.DBTX = customPlans{}
 
-func newCustomPlans(pool *pgxpool.Pool) customPlans {
+func newCustomPlans(pool *pgxpool.Pool, rename *renamer) customPlans {
 	mode := pgx.QueryExecModeCacheDescribe
 	if pool.Config().ConnConfig.DescriptionCacheCapacity == 0 {
 		mode = pgx.QueryExecModeDescribeExec
 	}
-	return customPlans{pool: pool, mode: mode}
+	return customPlans{pool: pool, mode: mode, rename: rename}
 }
 
 func (c customPlans) args(args []any) []any {
@@ -50,17 +54,13 @@ func (c customPlans) args(args []any) []any {
 }
 
 func (c customPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return c.pool.Exec(ctx, sql, c.args(args)...)
+	return c.pool.Exec(ctx, c.rename.sql(sql), c.args(args)...)
 }
 
 func (c customPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return c.pool.Query(ctx, sql, c.args(args)...)
+	return c.pool.Query(ctx, c.rename.sql(sql), c.args(args)...)
 }
 
 func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return c.pool.QueryRow(ctx, sql, c.args(args)...)
-}
-
-func (c customPlans) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
-	return c.pool.CopyFrom(ctx, table, columns, rows)
+	return c.pool.QueryRow(ctx, c.rename.sql(sql), c.args(args)...)
 }

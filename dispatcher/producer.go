@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/dbcopy"
 )
 
 // Event is one outbox row to write.
@@ -76,10 +77,11 @@ func Enqueue(ctx context.Context, tx db.DBTX, ev Event) (int64, error) {
 	return defaultProducer.Enqueue(ctx, tx, ev)
 }
 
-// EnqueueMany writes events with one COPY through tx. Every event is
-// validated first; one invalid event rejects the whole call and writes
-// nothing. AvailableAt is not supported here (rows are available at once).
-func EnqueueMany(ctx context.Context, tx db.DBTX, events []Event) (int64, error) {
+// EnqueueMany writes events with one COPY through tx (a pgx.Tx, or anything
+// satisfying dbcopy.DBTX: db.DBTX plus CopyFrom). Every event is validated
+// first; one invalid event rejects the whole call and writes nothing.
+// AvailableAt is not supported here (rows are available at once).
+func EnqueueMany(ctx context.Context, tx dbcopy.DBTX, events []Event) (int64, error) {
 	return defaultProducer.EnqueueMany(ctx, tx, events)
 }
 
@@ -110,8 +112,8 @@ func (p *Producer) Enqueue(ctx context.Context, tx db.DBTX, ev Event) (int64, er
 
 // EnqueueMany is the package-level EnqueueMany with this producer's
 // configuration.
-func (p *Producer) EnqueueMany(ctx context.Context, tx db.DBTX, events []Event) (int64, error) {
-	rows := make([]db.OutboxEnqueueManyParams, 0, len(events))
+func (p *Producer) EnqueueMany(ctx context.Context, tx dbcopy.DBTX, events []Event) (int64, error) {
+	rows := make([]dbcopy.OutboxEnqueueManyParams, 0, len(events))
 	for i, ev := range events {
 		if !ev.AvailableAt.IsZero() {
 			return 0, fmt.Errorf("%w: event %d: AvailableAt is not supported by EnqueueMany; use Enqueue", ErrInvalidEvent, i)
@@ -125,7 +127,7 @@ func (p *Producer) EnqueueMany(ctx context.Context, tx db.DBTX, events []Event) 
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	n, err := db.New(tx).OutboxEnqueueMany(ctx, rows)
+	n, err := dbcopy.New(tx).OutboxEnqueueMany(ctx, rows)
 	if err != nil {
 		return n, fmt.Errorf("outbox: enqueue many: %w", err)
 	}
@@ -134,19 +136,19 @@ func (p *Producer) EnqueueMany(ctx context.Context, tx db.DBTX, events []Event) 
 
 var emptyHeaders = []byte(`{}`)
 
-func (p *Producer) prepare(ev Event) (db.OutboxEnqueueManyParams, error) {
+func (p *Producer) prepare(ev Event) (dbcopy.OutboxEnqueueManyParams, error) {
 	if err := p.validate(ev); err != nil {
-		return db.OutboxEnqueueManyParams{}, err
+		return dbcopy.OutboxEnqueueManyParams{}, err
 	}
 	headers := emptyHeaders
 	if len(ev.Headers) > 0 {
 		b, err := json.Marshal(ev.Headers)
 		if err != nil {
-			return db.OutboxEnqueueManyParams{}, fmt.Errorf("%w: headers: %v", ErrInvalidEvent, err)
+			return dbcopy.OutboxEnqueueManyParams{}, fmt.Errorf("%w: headers: %v", ErrInvalidEvent, err)
 		}
 		headers = b
 	}
-	return db.OutboxEnqueueManyParams{
+	return dbcopy.OutboxEnqueueManyParams{
 		AggregateType: ev.AggregateType,
 		AggregateID:   ev.AggregateID,
 		EventType:     ev.EventType,

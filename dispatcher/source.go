@@ -75,13 +75,6 @@ func DefaultSource(cfg *pgconn.Config, schema, table string) string {
 	return b.String()
 }
 
-// defaultSchema and defaultTable name the outbox of the embedded
-// migrations, until Config names another table.
-const (
-	defaultSchema = "public"
-	defaultTable  = "outbox"
-)
-
 func hostPort(host string, port uint16) string {
 	p := strconv.Itoa(int(port))
 	if strings.HasPrefix(host, "/") {

@@ -1,3 +1,4 @@
+-- pgoutbox-migration: 00001_outbox.sql
 -- +goose Up
 -- The outbox table: the seed's columns, names and types exactly, so the
 -- seed's monitoring SQL runs unchanged, plus three columns that features need

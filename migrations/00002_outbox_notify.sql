@@ -1,3 +1,4 @@
+-- pgoutbox-migration: 00002_outbox_notify.sql
 -- +goose Up
 -- Wake-up signal for idle dispatchers. A statement-level trigger sends one
 -- NOTIFY per inserting statement; PostgreSQL delivers notifications only at

@@ -1,3 +1,4 @@
+-- pgoutbox-migration: 00003_outbox_notify_throttle.sql
 -- +goose Up
 -- Throttled wake-up. 00002's NOTIFY in every inserting transaction made
 -- producers' commits wait for one another: PostgreSQL takes one lock per

@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -50,32 +52,46 @@ func Latest() int64 {
 
 // Migrator applies the embedded migrations to one database.
 type Migrator struct {
-	db       *sql.DB
-	provider *goose.Provider
+	db           *sql.DB
+	provider     *goose.Provider
+	versionTable string
 }
 
 // New returns a Migrator over a *sql.DB (any driver goose's postgres dialect
 // accepts; pgx's stdlib is the one we test).
-func New(db *sql.DB) (*Migrator, error) {
+func New(db *sql.DB) (*Migrator, error) { return NewWith(db, files, VersionTable) }
+
+// NewWith returns a Migrator for other migration files (the embedded ones
+// renamed for another table, as `pgoutbox migrate --table` does) recorded in
+// versionTable (schema-qualified or not).
+func NewWith(db *sql.DB, fsys fs.FS, versionTable string) (*Migrator, error) {
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: session locker: %w", err)
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
-		goose.WithTableName(VersionTable),
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
+		goose.WithTableName(versionTable),
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithSessionLocker(locker),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return &Migrator{db: db, provider: p}, nil
+	return &Migrator{db: db, provider: p, versionTable: versionTable}, nil
 }
+
+// VersionTable is the goose version table this Migrator records in.
+func (m *Migrator) VersionTable() string { return m.versionTable }
 
 // FromPool returns a Migrator that runs over a pgx pool. Close releases the
 // *sql.DB wrapper, not the pool.
 func FromPool(pool *pgxpool.Pool) (*Migrator, error) {
-	m, err := New(stdlib.OpenDBFromPool(pool))
+	return FromPoolWith(pool, files, VersionTable)
+}
+
+// FromPoolWith is NewWith over a pgx pool.
+func FromPoolWith(pool *pgxpool.Pool, fsys fs.FS, versionTable string) (*Migrator, error) {
+	m, err := NewWith(stdlib.OpenDBFromPool(pool), fsys, versionTable)
 	if err != nil {
 		return nil, err
 	}
@@ -136,16 +152,35 @@ var ErrNotMigrated = errors.New("pgoutbox schema is not migrated (run `pgoutbox 
 
 // Check reports ErrNotMigrated unless every embedded migration is applied.
 // It reads the version table without creating it.
-func Check(ctx context.Context, pool *pgxpool.Pool) error {
+func Check(ctx context.Context, pool *pgxpool.Pool) error { return CheckIn(ctx, pool, VersionTable) }
+
+// VersionTableFor is the goose version table pgoutbox's own migrations of
+// table (in schema, "" = unqualified) are recorded in: VersionTable for the
+// default table outbox, TABLE_migrations for a table of another name (so two
+// outboxes never share a history).
+func VersionTableFor(table, schema string) string {
+	name := VersionTable
+	if table != "" && table != "outbox" {
+		name = table + "_migrations"
+	}
+	if schema == "" {
+		return name
+	}
+	return schema + "." + name
+}
+
+// CheckIn is Check for the version table versionTable (a plain or
+// schema-qualified name, such as VersionTableFor returns).
+func CheckIn(ctx context.Context, pool *pgxpool.Pool, versionTable string) error {
 	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", VersionTable).Scan(&exists); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&exists); err != nil {
 		return fmt.Errorf("check schema: %w", err)
 	}
 	if !exists {
-		return fmt.Errorf("%w: version table %s not found", ErrNotMigrated, VersionTable)
+		return fmt.Errorf("%w: version table %s not found", ErrNotMigrated, versionTable)
 	}
 	var v int64
-	err := pool.QueryRow(ctx, "SELECT coalesce(max(version_id), 0) FROM "+VersionTable+" WHERE is_applied").Scan(&v)
+	err := pool.QueryRow(ctx, "SELECT coalesce(max(version_id), 0) FROM "+pgx.Identifier(strings.Split(versionTable, ".")).Sanitize()+" WHERE is_applied").Scan(&v)
 	if err != nil {
 		return fmt.Errorf("check schema: %w", err)
 	}

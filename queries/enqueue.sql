@@ -6,6 +6,9 @@
 -- Lock strategy: none beyond the insert; the statement trigger outbox_notify
 -- wakes idle dispatchers at COMMIT.
 -- available_at: NULL means now() of the database (deliver as soon as possible).
+-- headers: NULL or empty bytes store {} (the column is NOT NULL jsonb); the
+-- bytea cast keeps the Go type []byte and lets an empty json.RawMessage
+-- through to nullif instead of failing as invalid json.
 -- name: OutboxEnqueue :one
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, ordered, available_at)
 VALUES (
@@ -13,14 +16,13 @@ VALUES (
     @aggregate_id::text,
     @event_type::text,
     @payload::jsonb,
-    @headers::jsonb,
+    coalesce(convert_from(nullif(sqlc.narg('headers')::bytea, ''::bytea), 'UTF8')::jsonb, '{}'::jsonb),
     @ordered::boolean,
     coalesce(sqlc.narg('available_at')::timestamptz, now())
 )
 RETURNING id;
 
--- OutboxEnqueueMany bulk-inserts events with COPY (available now).
--- Lock strategy: none; one NOTIFY per COPY through the statement trigger.
--- name: OutboxEnqueueMany :copyfrom
-INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, ordered)
-VALUES (@aggregate_type, @aggregate_id, @event_type, @payload, @headers, @ordered);
+
+-- The COPY form, OutboxEnqueueMany, is in copyfrom/enqueue_many.sql with an
+-- sqlc entry of its own (package dbcopy): a :copyfrom query adds CopyFrom to
+-- the generated DBTX interface.

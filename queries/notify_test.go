@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/dbcopy"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
@@ -43,11 +44,11 @@ func TestNotify_OncePerCommittedTransactionNeverForRollback(t *testing.T) {
 	}
 
 	tx, _ = pool.Begin(ctx)
-	many := make([]db.OutboxEnqueueManyParams, 500)
+	many := make([]dbcopy.OutboxEnqueueManyParams, 500)
 	for i := range many {
-		many[i] = db.OutboxEnqueueManyParams{AggregateType: "o", AggregateID: "a", EventType: "E", Payload: []byte(`{}`), Headers: []byte(`{}`)}
+		many[i] = dbcopy.OutboxEnqueueManyParams{AggregateType: "o", AggregateID: "a", EventType: "E", Payload: []byte(`{}`), Headers: []byte(`{}`)}
 	}
-	if _, err := db.New(tx).OutboxEnqueueMany(ctx, many); err != nil {
+	if _, err := dbcopy.New(tx).OutboxEnqueueMany(ctx, many); err != nil {
 		t.Fatal(err)
 	}
 	_ = tx.Commit(ctx)

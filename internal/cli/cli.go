@@ -51,6 +51,8 @@ type app struct {
 	options
 	secrets *redact.Scrubber // passwords and tokens seen in this invocation
 	stderr  io.Writer        // options.stderr behind the scrubber
+	table   string           // --table of the command (default outbox)
+	schema  string           // --schema of the command (default none)
 }
 
 func run(ctx context.Context, args []string, o options) int {

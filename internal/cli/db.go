@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -97,9 +98,38 @@ func (a *app) ping(ctx context.Context, pool *pgxpool.Pool) error {
 	return pool.Ping(ctx)
 }
 
-// checkSchema fails unless every migration this build knows is applied.
+// dbtx is dbtx for the command's --table and --schema.
+func (a *app) dbtx(dbtx db.DBTX) db.DBTX {
+	out, err := dispatcher.TableDBTX(dbtx, a.table, a.schema)
+	if err != nil { // validated when the flags were parsed
+		panic(err)
+	}
+	return out
+}
+
+// queries is package db's queries on the command's table.
+func (a *app) queries(dbtx db.DBTX) *db.Queries { return db.New(a.dbtx(dbtx)) }
+
+// checkSchema fails unless the outbox table is usable: the table, its
+// columns and trigger (whoever applied the migrations, with whatever goose
+// version table), and, where pgoutbox's own version table records the
+// table (migrations.VersionTableFor), every migration this build knows.
 func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	err := migrations.Check(ctx, pool)
+	if err := dispatcher.CheckTable(ctx, pool, a.table, a.schema, false); err != nil {
+		if errors.Is(err, dispatcher.ErrOutboxTable) {
+			return failf("%s", a.secrets.Scrub(err.Error()))
+		}
+		return failf("checking the schema: %s", a.secrets.Scrub(err.Error()))
+	}
+	versionTable := migrations.VersionTableFor(a.table, a.schema)
+	var own bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&own); err != nil {
+		return failf("checking the schema: %s", a.secrets.Scrub(err.Error()))
+	}
+	if !own {
+		return nil // applied with another goose history: the structure is what counts
+	}
+	err := migrations.CheckIn(ctx, pool, versionTable)
 	if err == nil {
 		return nil
 	}

@@ -101,7 +101,7 @@ func TestDatabase_UnmigratedSchemaSaysRunMigrateUp(t *testing.T) {
 		"enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {}"} {
 		r := call(t, invocation{env: env}, strings.Fields(cmd)...)
 		wantCode(t, r, ExitFailure)
-		mustContain(t, r, "stderr", "pgoutbox: schema not migrated (version table pgoutbox_migrations not found): run `pgoutbox migrate up`")
+		mustContain(t, r, "stderr", "pgoutbox: outbox table not usable: table outbox not found (schema (none: resolved through the search_path); search_path seen: \"$user\", public); apply the pgoutbox migrations (pgoutbox migrate up")
 	}
 }
 

@@ -85,7 +85,7 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	rows, err := db.New(pool).OutboxListDead(ctx, filter.params(*afterID, int32(*limit)))
+	rows, err := a.queries(pool).OutboxListDead(ctx, filter.params(*afterID, int32(*limit)))
 	if err != nil {
 		return a.dbError("dead list", err)
 	}
@@ -233,7 +233,7 @@ func (a *app) deadAct(ctx context.Context, f *flags, args []string, verb, done s
 		return err
 	}
 	defer pool.Close()
-	q := db.New(pool)
+	q := a.queries(pool)
 
 	if *all {
 		for after := int64(0); ; {
@@ -315,7 +315,7 @@ func (a *app) deadBatch(ctx context.Context, pool *pgxpool.Pool, ids []int64, ve
 		return nil, nil, a.dbError("dead "+verb, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
-	q := db.New(tx)
+	q := a.queries(tx)
 	for _, id := range ids {
 		n, err := act(ctx, q, id, reason)
 		if err != nil {

@@ -95,7 +95,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 		return a.dbError("enqueue", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
-	id, err := dispatcher.Enqueue(ctx, tx, ev)
+	id, err := dispatcher.Enqueue(ctx, a.dbtx(tx), ev)
 	if err != nil {
 		if errors.Is(err, dispatcher.ErrInvalidEvent) {
 			return failf("enqueue: %s; nothing was written", strings.TrimPrefix(err.Error(), dispatcher.ErrInvalidEvent.Error()+": "))

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 )
 
 // flags is one command's FlagSet and its help text.
@@ -20,6 +23,8 @@ type flags struct {
 	about    string // what it does
 	examples string // indented example lines
 	hidden   map[string]bool
+	table    *string // --table, on every command that opens the database
+	schema   *string // --schema
 }
 
 func newFlags(name, synopsis, about, examples string) *flags {
@@ -123,6 +128,12 @@ func (a *app) parse(f *flags, args []string, maxPositional int) ([]string, error
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
+	}
+	if f.table != nil {
+		if _, err := sqlrename.New(*f.table, *f.schema); err != nil {
+			return nil, f.usageError("%v", err)
+		}
+		a.table, a.schema = *f.table, *f.schema
 	}
 	if maxPositional >= 0 && len(positional) > maxPositional {
 		if maxPositional == 0 {
@@ -300,10 +311,14 @@ func (v *listValue) Set(s string) error {
 	return nil
 }
 
-// databaseURL adds --database-url (its value is never shown as a default).
+// databaseURL adds --database-url (its value is never shown as a default),
+// and --table and --schema: every command that opens the database works on
+// a table created by `pgoutbox init --table NAME --schema SCHEMA`.
 func (f *flags) databaseURL() *string {
 	s := f.String("database-url", "", "PostgreSQL URL or keyword/value DSN (default: $DATABASE_URL)")
 	f.hidden["database-url"] = true
+	f.table = f.String("table", dispatcher.TableDefault, "the outbox table (one created by pgoutbox init --table NAME)")
+	f.schema = f.String("schema", "", "the schema of --table (default: none, resolved through the search_path)")
 	return s
 }
 

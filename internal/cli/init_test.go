@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -11,65 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/queries"
 )
-
-func TestRename_WholeIdentifiersOnly(t *testing.T) {
-	t.Parallel()
-	r := tableRename{table: "billing_outbox", camel: "BillingOutbox"}
-	in := `-- OutboxClaim reads outbox through outbox_pending; the outbox prose stays.
--- name: OutboxClaim :many
-SELECT o.id, outboxes, my_outbox, outbox_x, OUTBOX.id, "outbox", 'outbox', 'outbox is a word', 'outbox_pending',
-       Outboxy, OutboxClaimer, outbox2, x_outbox_y, @outbox_id::bigint,
-       'outbox.notified_at', 'public.outbox', 'outbox.x y', 'myoutbox.wake'
-  FROM outbox AS o /* outbox_leased OutboxReap /* nested outbox_dead */ */
- WHERE $1 = 1 AND 1e5 > 0;
-CREATE FUNCTION outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $body$
-BEGIN PERFORM pg_notify('outbox', ''); UPDATE outbox SET x = 1; END;
-$body$;`
-	want := `-- BillingOutboxClaim reads outbox through billing_outbox_pending; the outbox prose stays.
--- name: BillingOutboxClaim :many
-SELECT o.id, outboxes, my_outbox, billing_outbox_x, billing_outbox.id, "billing_outbox", 'billing_outbox', 'outbox is a word', 'billing_outbox_pending',
-       Outboxy, BillingOutboxClaimer, outbox2, x_outbox_y, @billing_outbox_id::bigint,
-       'billing_outbox.notified_at', 'public.billing_outbox', 'outbox.x y', 'myoutbox.wake'
-  FROM billing_outbox AS o /* billing_outbox_leased BillingOutboxReap /* nested billing_outbox_dead */ */
- WHERE $1 = 1 AND 1e5 > 0;
-CREATE FUNCTION billing_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $body$
-BEGIN PERFORM pg_notify('billing_outbox', ''); UPDATE billing_outbox SET x = 1; END;
-$body$;`
-	got, produced := r.renameSQL(in)
-	if got != want {
-		t.Errorf("rename:\n got: %s\nwant: %s", got, want)
-	}
-	if len(produced) == 0 {
-		t.Error("no produced identifiers reported")
-	}
-	if left := leftovers(got, "billing_outbox", "BillingOutbox"); len(left) != 0 {
-		t.Errorf("leftovers after rename: %v", left)
-	}
-	// The checker itself finds what a rename missed.
-	if left := leftovers(in, "billing_outbox", "BillingOutbox"); len(left) < 8 {
-		t.Errorf("leftovers of the original found only %v", left)
-	}
-}
-
-func TestRename_TableNameValidation(t *testing.T) {
-	t.Parallel()
-	for _, ok := range []string{"billing_outbox", "outbox", "events", "_private_outbox", "a", "type", "audit_log2"} {
-		if err := validateTable(ok); err != nil {
-			t.Errorf("%q rejected: %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "user", "order", "table", "select", "Billing", "billing-outbox", "1outbox", "billing outbox",
-		"x;drop table y", "pg_outbox", "_1", "_", strings.Repeat("a", 64), "caf\u00e9"} {
-		if err := validateTable(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	if camelCase("billing_outbox") != "BillingOutbox" || camelCase("_a__b2_c") != "AB2C" {
-		t.Error("camelCase")
-	}
-}
 
 func TestInit_RefusesToOverwriteUnlessForce(t *testing.T) {
 	t.Parallel()
@@ -83,7 +29,8 @@ func TestInit_RefusesToOverwriteUnlessForce(t *testing.T) {
 	}
 	r = call(t, invocation{}, args...)
 	wantCode(t, r, ExitFailure)
-	mustContain(t, r, "stderr", "pgoutbox: init: refusing to overwrite existing files (pass --force to replace them): "+filepath.Join(dir, "migrations", "00001_billing_outbox.sql"))
+	mustContain(t, r, "stderr", "pgoutbox: init: "+filepath.Join(dir, "migrations")+" already holds pgoutbox migrations: 00001_billing_outbox.sql (00001_outbox.sql)")
+	mustContain(t, r, "stderr", "run the same command with --upgrade")
 	if b, _ := os.ReadFile(claim); string(b) != "-- my edits\n" {
 		t.Errorf("a refused init changed %s", claim)
 	}
@@ -93,7 +40,7 @@ func TestInit_RefusesToOverwriteUnlessForce(t *testing.T) {
 		t.Errorf("--force did not rewrite %s", claim)
 	}
 	mustContain(t, r, "stdout", "    schema: migrations\n    queries: queries\n")
-	mustContain(t, r, "stderr", "wrote 10 files for table billing_outbox:")
+	mustContain(t, r, "stderr", fmt.Sprintf("wrote %d files for table billing_outbox:", embeddedFiles()))
 
 	long := strings.Repeat("x", 50)
 	r = call(t, invocation{}, "init", "--table", long, "--dir", t.TempDir())
@@ -146,6 +93,7 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "    schema: internal/outbox/migrations\n    queries: internal/outbox/queries\n")
 	mustContain(t, r, "stdout", "        sql_package: pgx/v5\n")
+	mustContain(t, r, "stdout", "          - db_type: xid8\n            go_type: github.com/jackc/pgx/v5/pgtype.Uint64\n")
 	mustContain(t, r, "stdout", "          - db_type: pg_catalog.interval\n            go_type: time.Duration\n")
 	mustContain(t, r, "stdout", "          - db_type: timestamptz\n            go_type: time.Time\n")
 	if err := os.WriteFile(filepath.Join(proj, "sqlc.yaml"), []byte(r.stdout), 0o644); err != nil {
@@ -165,15 +113,15 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(written) != 10 {
-		t.Errorf("wrote %d files, want 10 (3 migrations, 7 query files)", len(written))
+	if len(written) != embeddedFiles() {
+		t.Errorf("wrote %d files, want %d (every migration and query file)", len(written), embeddedFiles())
 	}
 	names := 0
 	for p, text := range written {
 		if left := naiveLeftovers(text); len(left) > 0 {
 			t.Errorf("%s still names the old table: %q", p, left)
 		}
-		if left := leftovers(text, "billing_outbox", "BillingOutbox"); len(left) > 0 {
+		if left := sqlrename.Leftovers(text, "billing_outbox", "BillingOutbox"); len(left) > 0 {
 			t.Errorf("%s: leftovers %q", p, left)
 		}
 		names += strings.Count(text, "-- name: BillingOutbox")
@@ -193,17 +141,26 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 
 	// sqlc generate with the printed entry.
 	sqlc := filepath.Join(tmp, "sqlc")
-	runCmd(t, modRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-o", sqlc, "github.com/sqlc-dev/sqlc/cmd/sqlc")
+	runCmd(t, modRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-modfile=tools.mod", "-o", sqlc, "github.com/sqlc-dev/sqlc/cmd/sqlc")
 	runCmd(t, proj, nil, sqlc, "generate")
 	querier, err := os.ReadFile(filepath.Join(outDir, "billingoutbox", "querier.go"))
 	if err != nil {
 		t.Fatalf("sqlc did not generate the package: %v", err)
 	}
 	for _, want := range []string{"BillingOutboxClaim(ctx context.Context, arg BillingOutboxClaimParams) ([]BillingOutboxClaimRow, error)",
-		"BillingOutboxEnqueueMany(ctx context.Context, arg []BillingOutboxEnqueueManyParams) (int64, error)"} {
+		"BillingOutboxEnqueue(ctx context.Context, arg BillingOutboxEnqueueParams) (int64, error)"} {
 		if !strings.Contains(string(querier), want) {
 			t.Errorf("querier.go lacks %q", want)
 		}
+	}
+	// Copying queries/ must not add CopyFrom to the app's DBTX (issue 13,
+	// item 4): the :copyfrom query lives in queries/copyfrom, opt-in.
+	dbgo, err := os.ReadFile(filepath.Join(outDir, "billingoutbox", "db.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(dbgo), "CopyFrom") {
+		t.Errorf("the generated DBTX has CopyFrom:\n%s", dbgo)
 	}
 
 	// A module of its own that uses the generated package.
@@ -442,4 +399,12 @@ func moduleRoot(t *testing.T) string {
 		t.Fatalf("module root not found: %v", err)
 	}
 	return root
+}
+
+// embeddedFiles is how many files init writes: every embedded migration and
+// query file.
+func embeddedFiles() int {
+	m, _ := fs.Glob(migrations.FS(), "*.sql")
+	q, _ := fs.Glob(queries.FS, "*.sql")
+	return len(m) + len(q)
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,52 +13,191 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
+	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/queries"
 )
 
-const initAbout = `Copies pgoutbox's SQL into your own sqlc project under another table name: the
-goose migrations into DIR/migrations and the annotated queries into DIR/queries,
-with the table outbox and everything derived from it renamed (indexes
-outbox_pending -> NAME_pending, the trigger and its functions outbox_notify ->
-NAME_notify, the trigger's flag 'outbox.wake_queued' ->
-'NAME.wake_queued', the NOTIFY channel 'outbox' -> 'NAME', query names OutboxClaim ->
-<CamelName>Claim). Only whole identifiers are renamed; the word "outbox" in
-comment prose is kept. On stdout it prints the sqlc.yaml entry to add (paths
-relative to --sqlc-root), with the type overrides pgoutbox uses (interval ->
+const initAbout = `Copies pgoutbox's SQL into your own sqlc + goose project under another table
+name (and optionally in a schema): the goose migrations into a goose folder and
+the annotated queries into DIR/queries, with the table outbox and everything
+derived from it renamed (indexes outbox_pending -> NAME_pending, the trigger and
+its functions outbox_notify -> NAME_notify, the trigger's flag
+'outbox.wake_queued' -> 'NAME.wake_queued', the NOTIFY channel 'outbox' ->
+'NAME', query names OutboxClaim -> <CamelName>Claim). Only whole identifiers are
+renamed; the word "outbox" in comment prose is kept. With --schema, the table
+and its functions are schema-qualified and the first migration creates the
+schema if it does not exist.
+
+Migrations never take a goose version that is already used: they are numbered
+after the highest version in the target folder (numbered 00001_... or
+timestamped 20240101120000_..., keeping the width), or from --start-version.
+Two layouts, each with the goose command to apply it printed at the end:
+  - a folder of their own, DIR/migrations (the default), applied with
+    a version table of its own (pgoutbox_migrations for the table outbox,
+    NAME_migrations otherwise, as pgoutbox migrate --table uses):
+    goose -dir DIR/migrations -table NAME_migrations ...
+  - your application's goose folder (--migrations-dir db/migrations), numbered
+    after your latest migration and applied by your usual goose command and
+    version table.
+Every copied file starts with a stamp (-- pgoutbox-migration: 00002_outbox_notify.sql)
+saying which pgoutbox migration it is; --upgrade reads the stamps and copies
+only the migrations that are new since, numbered after your latest, and
+rewrites DIR/queries.
+
+On stdout it prints the sqlc.yaml entry to add (paths relative to --sqlc-root):
+its schema is only the pgoutbox migrations, so the generated package holds no
+copies of your models, with the type overrides pgoutbox uses (interval ->
 time.Duration, timestamptz -> time.Time, sql_package pgx/v5).
 
-NAME must match ^[a-z_][a-z0-9_]{0,62}$, must not be a reserved SQL key word
-(PostgreSQL's reserved list: user, order, table, select, ...) nor start with
-pg_, and every name derived from it must fit PostgreSQL's 63-byte limit.
+NAME (and SCHEMA) must match ^[a-z_][a-z0-9_]{0,62}$, must not be a reserved SQL
+key word (PostgreSQL's reserved list: user, order, table, select, ...) nor start
+with pg_, and every name derived from it must fit PostgreSQL's 63-byte limit.
 Existing files are never overwritten unless --force.
 
-The generated code is for your own producers and relay: the pgoutbox dispatcher
-and the other pgoutbox commands work on the table outbox.`
+The dispatcher (Config.Table, Config.Schema) and every pgoutbox command
+(--table, --schema) work on the copied table.`
 
 const initExamples = `  pgoutbox init --table billing_outbox --dir internal/billing/outbox
-  pgoutbox init --table billing_outbox --dir db/outbox --package outboxdb > sqlc.outbox.yaml
-  pgoutbox init --table billing_outbox --dir ../svc/sql --sqlc-root ../svc --force`
+  pgoutbox init --table hr_outbox --schema hr --dir db/outbox --migrations-dir db/migrations > sqlc.outbox.yaml
+  pgoutbox init --table hr_outbox --schema hr --dir db/outbox --migrations-dir db/migrations --upgrade
+  pgoutbox init --table billing_outbox --dir ../svc/sql --sqlc-root ../svc --start-version 20250101000000`
 
-var migrationFileRe = regexp.MustCompile(`^([0-9]+)_outbox((?:_[a-z0-9_]*)?)\.sql$`)
+var (
+	migrationFileRe = regexp.MustCompile(`^([0-9]+)_outbox((?:_[a-z0-9_]*)?)\.sql$`)
+	// stampRe finds the stamp every pgoutbox migration carries (and init
+	// writes into every copy): which pgoutbox migration the file is.
+	stampRe = regexp.MustCompile(`(?m)^-- pgoutbox-migration: ([0-9]+_[a-z0-9_]+\.sql)[ \t]*$`)
+	// fromRe finds the source named in init's header (every release of
+	// init wrote it, also before stamps existed).
+	fromRe = regexp.MustCompile("(?m)^-- Copied by `pgoutbox init [^`]*` from pgoutbox's migrations/([0-9]+_[a-z0-9_]+\\.sql)")
+	// copiedRe finds init's header in a copied file.
+	copiedRe = regexp.MustCompile("(?m)^-- Copied by `pgoutbox init --table ([a-z0-9_]+)(?: --schema ([a-z0-9_]+))?`")
+	// gooseFileRe is a goose migration file name: version, '_', anything.
+	gooseFileRe = regexp.MustCompile(`^([0-9]+)_.*\.(sql|go)$`)
+)
+
+// gooseFolder is what init reads from the folder receiving migrations.
+type gooseFolder struct {
+	highest     int64
+	highestFile string
+	width       int
+	stamped     map[string]string // pgoutbox migration name -> file in the folder
+	copiedAs    map[string]string // file -> "table" or "schema.table" from init's header
+}
+
+// readGooseFolder scans dir (a missing dir is empty). A .sql file without a
+// version prefix is an error: goose itself refuses such a folder.
+//
+// A file is recognized as a copy of pgoutbox migration M by, in order: its
+// stamp (-- pgoutbox-migration: M), the source named in init's header
+// (copies made before stamps existed), or, for a goose file with no header
+// (copied by hand, perhaps renumbered), its name: any version, then table
+// plus M's suffix (00089_outbox_notify.sql is 00002_outbox_notify.sql).
+func readGooseFolder(dir, table string) (gooseFolder, error) {
+	g := gooseFolder{width: 5, stamped: map[string]string{}, copiedAs: map[string]string{}}
+	byName := map[string]string{} // "_notify.sql" -> 00002_outbox_notify.sql
+	embedded, _ := fs.Glob(migrations.FS(), "*.sql")
+	for _, e := range embedded {
+		if m := migrationFileRe.FindStringSubmatch(e); m != nil {
+			byName[m[2]+".sql"] = e
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return g, nil
+	}
+	if err != nil {
+		return g, err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !(strings.HasSuffix(name, ".sql") || strings.HasSuffix(name, ".go")) || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		m := gooseFileRe.FindStringSubmatch(name)
+		if m == nil {
+			if strings.HasSuffix(name, ".sql") {
+				return g, fmt.Errorf("%s has no goose version prefix (NNNNN_name.sql); goose would refuse this folder, so init cannot number after it", filepath.Join(dir, name))
+			}
+			continue // a .go file that is not a migration (embed.go, ...)
+		}
+		v, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil {
+			return g, fmt.Errorf("%s: version %s: %v", filepath.Join(dir, name), m[1], err)
+		}
+		if v > g.highest || g.highestFile == "" {
+			g.highest, g.highestFile, g.width = v, name, len(m[1])
+		}
+		if m[2] != "sql" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return g, err
+		}
+		src := ""
+		if st := stampRe.FindSubmatch(b); st != nil {
+			src = string(st[1])
+		} else if fr := fromRe.FindSubmatch(b); fr != nil {
+			src = string(fr[1])
+		} else if bytes.Contains(b, []byte("-- +goose Up")) {
+			src = byName[strings.TrimPrefix(name, m[1]+"_"+table)]
+			if !strings.HasPrefix(name, m[1]+"_"+table) {
+				src = ""
+			}
+		}
+		if src != "" {
+			if prev, dup := g.stamped[src]; dup {
+				return g, fmt.Errorf("%s and %s are both copies of pgoutbox's %s; remove one", prev, name, src)
+			}
+			g.stamped[src] = name
+			if c := copiedRe.FindSubmatch(b); c != nil {
+				g.copiedAs[name] = qualified(string(c[2]), string(c[1]))
+			} else {
+				g.copiedAs[name] = "outbox" // copied by hand, unchanged
+			}
+		}
+	}
+	return g, nil
+}
+
+func qualified(schema, table string) string {
+	if schema == "" {
+		return table
+	}
+	return schema + "." + table
+}
 
 func (a *app) initCmd(_ context.Context, args []string) error {
 	f := newFlags("init", "pgoutbox init --table NAME --dir DIR [flags]", initAbout, initExamples)
 	table := f.String("table", "", "the table name to use instead of outbox (required)")
-	dir := f.String("dir", "", "directory to write migrations/ and queries/ into (required)")
+	schema := f.String("schema", "", "the schema of the table (default: none, resolved through the search_path)")
+	dir := f.String("dir", "", "directory to write queries/ (and, without --migrations-dir, migrations/) into (required)")
+	migDirFlag := f.String("migrations-dir", "", "goose folder to write the migrations into, e.g. your app's own (default: DIR/migrations)")
+	startVersion := f.int64("start-version", 0, "goose version of the first migration written (default: after the highest in the folder)")
+	upgrade := f.Bool("upgrade", false, "bring an earlier copy up to date: copy only the migrations its stamps do not list, rewrite DIR/queries")
 	pkg := f.String("package", "", "Go package name for the generated code in the printed sqlc entry (default: NAME without '_')")
 	sqlcRoot := f.String("sqlc-root", ".", "directory of your sqlc.yaml: paths in the printed entry are relative to it")
 	force := f.Bool("force", false, "overwrite existing files")
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
 	}
-	if err := validateTable(*table); err != nil {
+	if *table == "" {
+		return f.usageError("--table is required (for example --table billing_outbox)")
+	}
+	r, err := sqlrename.New(*table, *schema)
+	if err != nil {
 		return f.usageError("%v", err)
 	}
 	if *dir == "" {
 		return f.usageError("--dir is required (the folder in your sqlc project that receives migrations/ and queries/)")
+	}
+	if *startVersion < 0 {
+		return f.usageError("--start-version must be a positive goose version, got %d", *startVersion)
 	}
 	if *pkg == "" {
 		*pkg = strings.ReplaceAll(*table, "_", "")
@@ -64,64 +205,135 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	if !token.IsIdentifier(*pkg) || token.IsKeyword(*pkg) || strings.ToLower(*pkg) != *pkg {
 		return f.usageError("invalid Go package name %q: pass --package with a lower-case Go identifier (not a keyword)", *pkg)
 	}
-	r := tableRename{table: *table, camel: camelCase(*table)}
+	migDir := cmp.Or(*migDirFlag, filepath.Join(*dir, "migrations"))
+	queryDir := filepath.Join(*dir, "queries")
+	ownFolder := *migDirFlag == "" || filepath.Clean(*migDirFlag) == filepath.Clean(filepath.Join(*dir, "migrations"))
+
+	folder, err := readGooseFolder(migDir, *table)
+	if err != nil {
+		return failf("init: %v", err)
+	}
+	if len(folder.stamped) > 0 && !*upgrade && !*force {
+		var have []string
+		for src, file := range folder.stamped {
+			have = append(have, file+" ("+src+")")
+		}
+		sort.Strings(have)
+		return failf("init: %s already holds pgoutbox migrations: %s\nTo bring them up to date run the same command with --upgrade (or pass --force to rewrite them in place).", migDir, strings.Join(have, ", "))
+	}
+	for file, as := range folder.copiedAs {
+		if as != r.Qualified() {
+			return failf("init: %s was copied for the table %s, not %s: pass the --table and --schema it was copied with", filepath.Join(migDir, file), as, r.Qualified())
+		}
+	}
+	next := folder.highest + 1
+	if *startVersion > 0 {
+		if *startVersion <= folder.highest {
+			return failf("init: --start-version %d is not above the highest goose version already in %s (%d, %s): goose would refuse a duplicate or out-of-order version; use %d or more, or leave --start-version out",
+				*startVersion, migDir, folder.highest, folder.highestFile, folder.highest+1)
+		}
+		next = *startVersion
+	}
 
 	// Render everything first: nothing is written unless all of it works.
 	type file struct{ path, body string }
 	var files []file
-	render := func(fsys fs.FS, srcDir, outDir string, rename func(string) string) error {
-		names, err := fs.Glob(fsys, "*.sql")
+	render := func(src []byte, srcDir, name string) (string, error) {
+		body, produced := r.SQL(string(src))
+		for _, id := range produced {
+			if len(id) > 63 {
+				return "", fmt.Errorf("--table %q is too long: the derived name %s is %d bytes and PostgreSQL truncates names at 63; use at most %d characters",
+					*table, id, len(id), len(*table)-(len(id)-63))
+			}
+		}
+		flags := "--table " + *table
+		if *schema != "" {
+			flags += " --schema " + *schema
+		}
+		header := fmt.Sprintf("-- Copied by `pgoutbox init %s` from pgoutbox's %s/%s, with the table renamed.\n", flags, srcDir, name)
+		if srcDir == "migrations" {
+			// The stamp comes first, whether the source carries it or not.
+			body = stampRe.ReplaceAllString(body, "")
+			body = strings.TrimPrefix(body, "\n")
+			header = "-- pgoutbox-migration: " + name + "\n" + header
+		}
+		if strings.HasPrefix(body, "-- ") {
+			body = header + body
+		} else {
+			body = header + "--\n" + body
+		}
+		if !r.Identity() {
+			if left := sqlrename.Leftovers(body, *table, r.Camel()); len(left) > 0 && *table != "outbox" {
+				return "", fmt.Errorf("internal error: %s still names %s after renaming; please report it", name, strings.Join(left, ", "))
+			}
+		}
+		return body, nil
+	}
+	migNames, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil {
+		return failf("init: %v", err)
+	}
+	sort.Slice(migNames, func(i, j int) bool { return versionOf(migNames[i]) < versionOf(migNames[j]) })
+	var schemaFiles []string // the pgoutbox migrations in migDir, for the sqlc entry
+	for _, name := range migNames {
+		have, copied := folder.stamped[name]
+		if copied && *upgrade {
+			schemaFiles = append(schemaFiles, have)
+			continue
+		}
+		src, err := fs.ReadFile(migrations.FS(), name)
 		if err != nil {
-			return err
+			return failf("init: %v", err)
 		}
-		sort.Strings(names)
-		for _, name := range names {
-			src, err := fs.ReadFile(fsys, name)
-			if err != nil {
-				return err
-			}
-			body, produced := r.renameSQL(string(src))
-			for _, id := range produced {
-				if len(id) > 63 {
-					return fmt.Errorf("--table %q is too long: the derived name %s is %d bytes and PostgreSQL truncates names at 63; use at most %d characters",
-						*table, id, len(id), len(*table)-(len(id)-63))
-				}
-			}
-			header := fmt.Sprintf("-- Copied by `pgoutbox init --table %s` from pgoutbox's %s/%s, with the table renamed.\n", *table, srcDir, name)
-			if strings.HasPrefix(string(src), "-- +goose") {
-				body = header + body
-			} else {
-				body = header + "--\n" + body
-			}
-			if *table != "outbox" {
-				if left := leftovers(body, *table, r.camel); len(left) > 0 {
-					return fmt.Errorf("internal error: %s still names %s after renaming; please report it", name, strings.Join(left, ", "))
-				}
-			}
-			files = append(files, file{path: filepath.Join(outDir, rename(name)), body: body})
+		body, err := render(src, "migrations", name)
+		if err != nil {
+			return failf("init: %v", err)
 		}
-		return nil
-	}
-	migDir := filepath.Join(*dir, "migrations")
-	queryDir := filepath.Join(*dir, "queries")
-	renameMigration := func(name string) string {
+		if *schema != "" && versionOf(name) == 1 {
+			body = strings.Replace(body, "-- +goose Up\n", "-- +goose Up\nCREATE SCHEMA IF NOT EXISTS "+*schema+";\n", 1)
+		}
+		suffix := ""
 		if m := migrationFileRe.FindStringSubmatch(name); m != nil {
-			return m[1] + "_" + *table + m[2] + ".sql"
+			suffix = m[2]
 		}
-		return name
+		out := have // --force rewrites a copy in place, under its name
+		if !copied {
+			out = fmt.Sprintf("%0*d_%s%s.sql", folder.width, next, *table, suffix)
+			next++
+		}
+		schemaFiles = append(schemaFiles, out)
+		files = append(files, file{path: filepath.Join(migDir, out), body: body})
 	}
-	if err := render(migrations.FS(), "migrations", migDir, renameMigration); err != nil {
+	newMigrations := len(files)
+	queryNames, err := fs.Glob(queries.FS, "*.sql")
+	if err != nil {
 		return failf("init: %v", err)
 	}
-	if err := render(queries.FS, "queries", queryDir, func(s string) string { return s }); err != nil {
-		return failf("init: %v", err)
+	sort.Strings(queryNames)
+	for _, name := range queryNames {
+		src, err := fs.ReadFile(queries.FS, name)
+		if err != nil {
+			return failf("init: %v", err)
+		}
+		body, err := render(src, "queries", name)
+		if err != nil {
+			return failf("init: %v", err)
+		}
+		files = append(files, file{path: filepath.Join(queryDir, name), body: body})
 	}
 
 	var existing []string
 	for _, fl := range files {
-		if _, err := os.Stat(fl.path); err == nil {
+		b, err := os.ReadFile(fl.path)
+		switch {
+		case err == nil:
+			// --upgrade rewrites pgoutbox's query files: those init wrote
+			// before, or copied by hand (they hold this table's query names).
+			if *upgrade && strings.HasPrefix(fl.path, queryDir) && (copiedRe.Match(b) || bytes.Contains(b, []byte("-- name: "+r.Camel()))) {
+				continue
+			}
 			existing = append(existing, fl.path)
-		} else if !errors.Is(err, fs.ErrNotExist) {
+		case !errors.Is(err, fs.ErrNotExist):
 			return failf("init: %v", err)
 		}
 	}
@@ -139,24 +351,64 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 		}
 	}
 
-	rel, err := relPath(*sqlcRoot, *dir)
+	relDir, err := relPath(*sqlcRoot, *dir)
 	if err != nil {
 		return failf("init: %v", err)
 	}
-	fmt.Fprint(a.stdout, sqlcEntry(rel, *pkg, *table))
+	relMig, err := relPath(*sqlcRoot, migDir)
+	if err != nil {
+		return failf("init: %v", err)
+	}
+	schemaEntry := " " + relMig
+	if !ownFolder {
+		// Only pgoutbox's files of the shared folder: the generated package
+		// then holds no copies of the application's models.
+		var b strings.Builder
+		for _, fl := range schemaFiles {
+			fmt.Fprintf(&b, "\n      - %s", path.Join(relMig, fl))
+		}
+		schemaEntry = b.String()
+	}
+	fmt.Fprint(a.stdout, sqlcEntry(schemaEntry, path.Join(relDir, "queries"), *pkg, r.Qualified(), path.Join(relDir, *pkg)))
 
-	fmt.Fprintf(a.stderr, "wrote %d files for table %s:\n", len(files), *table)
+	if *upgrade {
+		fmt.Fprintf(a.stderr, "upgrade: %d new migration(s), %d query files rewritten, for table %s:\n", newMigrations, len(files)-newMigrations, r.Qualified())
+	} else {
+		fmt.Fprintf(a.stderr, "wrote %d files for table %s:\n", len(files), r.Qualified())
+	}
 	for _, fl := range files {
 		fmt.Fprintf(a.stderr, "  %s\n", fl.path)
+	}
+	gooseCmd := fmt.Sprintf(`goose -dir %s -table %s postgres "$DATABASE_URL" up`, migDir, migrations.VersionTableFor(*table, *schema))
+	if *schema != "" {
+		// goose creates its version table before the first migration runs.
+		gooseCmd = fmt.Sprintf("psql \"$DATABASE_URL\" -c 'CREATE SCHEMA IF NOT EXISTS %s'   # the version table lives in the schema\n       %s", *schema, gooseCmd)
+	}
+	how := "its own goose history (a version table of its own, never mixed with your app's)"
+	if !ownFolder {
+		gooseCmd = fmt.Sprintf(`goose -dir %s postgres "$DATABASE_URL" up   # or your usual migrator, with your version table`, migDir)
+		how = "your application's goose history (numbered after " + cmp.Or(folder.highestFile, "nothing: the folder was empty") + ")"
+	}
+	runFlags := "--table " + *table
+	if *schema != "" {
+		runFlags += " --schema " + *schema
 	}
 	fmt.Fprintf(a.stderr, `
 Next:
   1. add the sql entry printed on stdout to your sqlc.yaml, then run: sqlc generate
-  2. apply %s with your goose setup (goose files: -- +goose Up / Down)
+  2. apply %s, in %s:
+       %s
   3. producers call %sEnqueue inside their business transaction; the trigger
      %s_notify sends NOTIFY on the channel '%s' at COMMIT
-`, migDir, r.camel, *table, *table)
+  4. relay: pgoutbox run %s ...   (or dispatcher.Config{Table: %q, Schema: %q})
+`, migDir, how, gooseCmd, r.Camel(), *table, *table, runFlags, *table, *schema)
 	return nil
+}
+
+// versionOf is the goose version of a migration file name.
+func versionOf(name string) int64 {
+	v, _ := strconv.ParseInt(strings.SplitN(name, "_", 2)[0], 10, 64)
+	return v
 }
 
 // relPath returns dir relative to root, with forward slashes (sqlc joins
@@ -177,14 +429,15 @@ func relPath(root, dir string) (string, error) {
 	return filepath.ToSlash(rel), nil
 }
 
-// sqlcEntry is the sqlc.yaml text for the copied SQL.
-func sqlcEntry(rel, pkg, table string) string {
+// sqlcEntry is the sqlc.yaml text for the copied SQL; schema is " path" or
+// a YAML list (starting with a newline).
+func sqlcEntry(schema, queries, pkg, table, out string) string {
 	return fmt.Sprintf(`# sqlc entry for the %[3]s outbox, written by pgoutbox init.
 # In an existing sqlc.yaml, add the list item under "sql:".
 version: "2"
 sql:
   - engine: postgresql
-    schema: %[1]s
+    schema:%[1]s
     queries: %[2]s
     gen:
       go:
@@ -194,6 +447,10 @@ sql:
         emit_interface: true
         emit_json_tags: true
         overrides:
+          # xid8 is pgtype.Uint64 from sqlc 1.31 on; the override gives
+          # sqlc 1.30 the same (it would generate interface{}).
+          - db_type: xid8
+            go_type: github.com/jackc/pgx/v5/pgtype.Uint64
           # sqlc matches override types by exact name: a cast @x::interval
           # resolves to pg_catalog.interval.
           - db_type: pg_catalog.interval
@@ -225,5 +482,5 @@ sql:
               type: string
               pointer: true
             nullable: true
-`, path.Join(rel, "migrations"), path.Join(rel, "queries"), table, pkg, path.Join(rel, pkg))
+`, schema, queries, table, pkg, out)
 }

@@ -1,14 +1,22 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"io/fs"
 	"path"
+	"strings"
+	"testing/fstest"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
+	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
@@ -22,11 +30,14 @@ func (a *app) migrateUp(ctx context.Context, args []string) error {
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
 	}
-	m, closeDB, err := a.migrator(ctx, f, *dbURL)
+	m, pool, closeDB, err := a.migratorPool(ctx, f, *dbURL)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
+	if err := a.refuseSecondOutbox(ctx, pool, m.VersionTable()); err != nil {
+		return err
+	}
 	res, err := m.Up(ctx)
 	for _, r := range res {
 		if r.Error == nil {
@@ -163,18 +174,107 @@ func (a *app) migrateStatus(ctx context.Context, args []string) error {
 
 // migrator connects and returns a Migrator and a function closing both.
 func (a *app) migrator(ctx context.Context, f *flags, dbURL string) (*migrations.Migrator, func(), error) {
+	m, _, closeDB, err := a.migratorPool(ctx, f, dbURL)
+	return m, closeDB, err
+}
+
+// migratorPool is migrator that also returns the pool; the Migrator works
+// on the migrations renamed for --table and --schema, recorded in
+// pgoutbox's version table (in --schema when given).
+func (a *app) migratorPool(ctx context.Context, f *flags, dbURL string) (*migrations.Migrator, *pgxpool.Pool, func(), error) {
 	d, err := a.resolveDatabase(f, dbURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	pool, err := a.connect(ctx, d)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	m, err := migrations.FromPool(pool)
+	fsys, err := a.migrationFiles()
 	if err != nil {
 		pool.Close()
-		return nil, nil, a.dbError("migrations", err)
+		return nil, nil, nil, failf("migrations: %v", err)
 	}
-	return m, func() { _ = m.Close(); pool.Close() }, nil
+	if a.schema != "" {
+		// goose creates its version table (in the schema) before the first
+		// migration runs. The name was validated when the flags were parsed.
+		if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+a.schema); err != nil {
+			pool.Close()
+			return nil, nil, nil, a.dbError("migrations", err)
+		}
+	}
+	m, err := migrations.FromPoolWith(pool, fsys, migrations.VersionTableFor(a.table, a.schema))
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, a.dbError("migrations", err)
+	}
+	return m, pool, func() { _ = m.Close(); pool.Close() }, nil
+}
+
+// migrationFiles are the embedded migrations, renamed for --table and
+// --schema (the same rename as `pgoutbox init`; with --schema the first one
+// creates the schema).
+func (a *app) migrationFiles() (fs.FS, error) {
+	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	if err != nil {
+		return nil, err
+	}
+	if r.Identity() {
+		return migrations.FS(), nil
+	}
+	out := fstest.MapFS{}
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		src, err := fs.ReadFile(migrations.FS(), n)
+		if err != nil {
+			return nil, err
+		}
+		body, _ := r.SQL(string(src))
+		if a.schema != "" && versionOf(n) == 1 {
+			body = strings.Replace(body, "-- +goose Up\n", "-- +goose Up\nCREATE SCHEMA IF NOT EXISTS "+a.schema+";\n", 1)
+		}
+		out[n] = &fstest.MapFile{Data: []byte(body)}
+	}
+	return out, nil
+}
+
+// refuseSecondOutbox stops `migrate up` from creating a second outbox: when
+// the table already exists without pgoutbox's version table (its migrations
+// were applied through another goose history, or by hand), or when it is
+// missing here but exists in another schema.
+func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versionTable string) error {
+	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	if err != nil {
+		return err
+	}
+	var haveVersions bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&haveVersions); err != nil {
+		return a.dbError("migrate up", err)
+	}
+	if haveVersions {
+		return nil
+	}
+	row, err := db.New(pool).OutboxCheckTable(ctx, db.OutboxCheckTableParams{
+		Relation: r.Qualified(), TriggerName: r.Table() + "_notify", TableName: r.Table(),
+	})
+	if err != nil {
+		return a.dbError("migrate up", err)
+	}
+	flags := "--table " + r.Table()
+	if a.schema != "" {
+		flags += " --schema " + a.schema
+	}
+	if row.Relation != "" {
+		return failf("migrate up: table %s already exists, but pgoutbox's version table %s does not: its migrations were applied another way (your application's goose history, or by hand). "+
+			"Nothing to migrate here: `pgoutbox run %s` and the other commands check the table itself. For the migrations of a newer pgoutbox, run `pgoutbox init --upgrade` on your copy and apply it as before.",
+			row.Relation, versionTable, flags)
+	}
+	if len(row.Elsewhere) > 0 {
+		return failf("migrate up: no table %s in the search_path (%s), but %s exists: pass --schema (and use the same on every command) instead of creating a second outbox",
+			r.Qualified(), row.SearchPath, strings.Join(row.Elsewhere, ", "))
+	}
+	return nil
 }

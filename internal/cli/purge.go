@@ -38,7 +38,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	q := db.New(pool)
+	q := a.queries(pool)
 	age := formatFlagDuration(*olderThan)
 	var total int64
 	for {

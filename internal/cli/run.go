@@ -41,7 +41,9 @@ SIGTERM (graceful shutdown: claimed messages not yet started are handed back,
 publishes in flight get --shutdown-timeout; then exit 0).
 
 Before anything is claimed, run validates every flag, pings PostgreSQL, checks
-the schema is migrated, and builds the publisher: a misconfigured publisher
+the outbox table (--table, --schema: the table, its columns and its NOTIFY
+trigger, and pgoutbox's version table where there is one), and builds the
+publisher: a misconfigured publisher
 (malformed URL, bad template, rejected credentials) exits 1. A broker that is
 merely unreachable is not fatal: run logs a warning and keeps going (nats and
 amqp, which connect when built, retry connecting and claim nothing until they
@@ -250,6 +252,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		ClaimTimeout:      *claimTimeout,
 		WriteTimeout:      *writeTimeout,
 		ReapGrace:         *reapGrace,
+		Table:             a.table,
+		Schema:            a.schema,
 	}
 	switch *claim {
 	case "all":

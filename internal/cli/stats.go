@@ -135,7 +135,7 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-	q := db.New(tx)
+	q := a.queries(tx)
 	rep := &statsReport{At: a.now().UTC(), ByStatus: map[string]int64{}, StalledAfterSeconds: stalledAfter.Seconds(),
 		Attempts: []attemptsRow{}, Blocked: []blockedAggregate{}}
 	for _, s := range []string{"pending", "processing", "done", "dead"} {

@@ -1,4 +1,12 @@
-package cli
+// Package sqlrename is the SQL rewriter behind `pgoutbox init` and the
+// dispatcher's Config.Table/Config.Schema: it renames the table outbox and
+// every name derived from it, token by token, so that only whole identifiers
+// change (never "outbox" inside a longer word) and string literals, quoted
+// identifiers, comments and dollar-quoted bodies are each handled as what
+// they are. With a schema, references to the table and calls of its
+// functions are schema-qualified; names PostgreSQL creates in the table's
+// schema anyway (indexes, triggers) and column qualifiers (outbox.id) are not.
+package sqlrename
 
 import (
 	"fmt"
@@ -6,22 +14,50 @@ import (
 	"strings"
 )
 
-// The SQL rewriter behind `pgoutbox init`: it renames the table outbox and
-// every name derived from it, token by token, so that only whole identifiers
-// change (never "outbox" inside a longer word) and string literals, quoted
-// identifiers, comments and dollar-quoted bodies are each handled as what
-// they are.
+// Rename maps the table name outbox (in the search_path) to another name,
+// optionally in a schema.
+type Rename struct {
+	table  string // billing_outbox
+	camel  string // BillingOutbox
+	schema string // hr, or "" for unqualified
+}
 
-// tableRename maps the table name outbox to another.
-type tableRename struct {
-	table string // billing_outbox
-	camel string // BillingOutbox
+// New returns the Rename for table (validated with ValidateTable) in schema
+// ("" = unqualified, resolved through the search_path; otherwise validated
+// with ValidateSchema).
+func New(table, schema string) (Rename, error) {
+	if err := ValidateTable(table); err != nil {
+		return Rename{}, err
+	}
+	if schema != "" {
+		if err := ValidateSchema(schema); err != nil {
+			return Rename{}, err
+		}
+	}
+	return Rename{table: table, camel: CamelCase(table), schema: schema}, nil
+}
+
+// Table is the new table name, Camel its CamelCase form (query names),
+// Schema the schema ("" = unqualified).
+func (r Rename) Table() string  { return r.table }
+func (r Rename) Camel() string  { return r.camel }
+func (r Rename) Schema() string { return r.schema }
+
+// Identity reports a rename that changes nothing (outbox, no schema).
+func (r Rename) Identity() bool { return r.table == "outbox" && r.schema == "" }
+
+// Qualified is the table name as SQL code refers to it: schema.table or table.
+func (r Rename) Qualified() string {
+	if r.schema == "" {
+		return r.table
+	}
+	return r.schema + "." + r.table
 }
 
 // ident renames an identifier in SQL code (or a string literal holding
 // exactly an identifier): outbox -> table, outbox_x -> table_x,
 // OutboxX -> CamelX. Unquoted SQL identifiers are case-insensitive.
-func (r tableRename) ident(w string) string {
+func (r Rename) ident(w string) string {
 	lw := strings.ToLower(w)
 	switch {
 	case lw == "outbox":
@@ -37,7 +73,7 @@ func (r tableRename) ident(w string) string {
 // commentIdent renames identifiers mentioned in comments (query names such
 // as OutboxClaim in "-- name: OutboxClaim :many", index and trigger names),
 // but keeps the plain word "outbox" of the prose.
-func (r tableRename) commentIdent(w string) string {
+func (r Rename) commentIdent(w string) string {
 	if strings.EqualFold(w, "outbox") {
 		return w
 	}
@@ -77,10 +113,17 @@ func isIdentStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >=
 func isIdentChar(c byte) bool  { return isIdentStart(c) || c >= '0' && c <= '9' || c == '$' }
 func isWordChar(c byte) bool   { return isIdentStart(c) || c >= '0' && c <= '9' }
 
+// identCtx is what surrounds an identifier in code.
+type identCtx struct {
+	afterDot    bool // schema.outbox: already qualified
+	beforeDot   bool // outbox.id: a qualifier
+	beforeParen bool // outbox_notify(): a function call or signature
+}
+
 // sqlVisitor receives each kind of token; it returns the replacement text.
 type sqlVisitor struct {
-	code    func(ident string) string // identifier in code
-	comment func(word string) string  // word in a comment
+	code    func(ident string, ctx identCtx) string // identifier in code
+	comment func(word string) string                // word in a comment
 	str     func(content string) string
 	quoted  func(content string) string // "quoted identifier"
 }
@@ -165,7 +208,16 @@ func walkSQL(src string, v sqlVisitor) string {
 			for j < n && isIdentChar(src[j]) {
 				j++
 			}
-			out.WriteString(v.code(src[i:j]))
+			k := j
+			for k < n && (src[k] == ' ' || src[k] == '\t' || src[k] == '\n' || src[k] == '\r') {
+				k++
+			}
+			ctx := identCtx{
+				afterDot:    i > 0 && src[i-1] == '.',
+				beforeDot:   j < n && src[j] == '.',
+				beforeParen: k < n && src[k] == '(',
+			}
+			out.WriteString(v.code(src[i:j], ctx))
 			i = j
 		case c >= '0' && c <= '9':
 			j := i + 1
@@ -207,31 +259,44 @@ func mapWords(text string, fn func(string) string) string {
 	return out.String()
 }
 
-// renameSQL rewrites one SQL file for r and returns the identifiers it
-// produced in code (to check their length).
-func (r tableRename) renameSQL(src string) (string, []string) {
+// SQL rewrites one SQL text for r and returns the identifiers it produced
+// in code (to check their length: PostgreSQL truncates names at 63 bytes).
+func (r Rename) SQL(src string) (string, []string) {
 	var produced []string
-	code := func(w string) string {
+	plain := func(w string) string {
 		out := r.ident(w)
 		if out != w {
 			produced = append(produced, out)
 		}
 		return out
 	}
+	code := func(w string, ctx identCtx) string {
+		out := plain(w)
+		if out == w || r.schema == "" || ctx.afterDot || ctx.beforeDot {
+			return out
+		}
+		// The table itself, and functions derived from it, live in the
+		// schema; index and trigger names are created in the table's schema
+		// and take no qualifier.
+		if strings.EqualFold(w, "outbox") || (ctx.beforeParen && strings.HasPrefix(strings.ToLower(w), "outbox_")) {
+			return r.schema + "." + out
+		}
+		return out
+	}
 	out := walkSQL(src, sqlVisitor{
 		code:    code,
 		comment: r.commentIdent,
-		str:     func(s string) string { return nameParts(s, code) },
-		quoted:  code,
+		str:     func(s string) string { return nameParts(s, plain) },
+		quoted:  plain,
 	})
 	return out, produced
 }
 
-// leftovers lists the names derived from "outbox" that remain in src: in
+// Leftovers lists the names derived from "outbox" that remain in src: in
 // code and string literals any outbox, outbox_*, Outbox*; in comments
 // outbox_* and Outbox* (the plain word is prose). Names that start with the
 // new table name (or its CamelCase form) are not leftovers.
-func leftovers(src, table, camel string) []string {
+func Leftovers(src, table, camel string) []string {
 	var found []string
 	isNew := func(w string) bool {
 		return strings.HasPrefix(strings.ToLower(w), table) || strings.HasPrefix(w, camel)
@@ -245,7 +310,7 @@ func leftovers(src, table, camel string) []string {
 		return w
 	}
 	walkSQL(src, sqlVisitor{
-		code:    func(w string) string { return check(w, false) },
+		code:    func(w string, _ identCtx) string { return check(w, false) },
 		comment: func(w string) string { return check(w, true) },
 		str: func(s string) string {
 			nameParts(s, func(w string) string { return check(w, false) })
@@ -256,8 +321,8 @@ func leftovers(src, table, camel string) []string {
 	return found
 }
 
-// camelCase turns billing_outbox into BillingOutbox.
-func camelCase(s string) string {
+// CamelCase turns billing_outbox into BillingOutbox.
+func CamelCase(s string) string {
 	var b strings.Builder
 	for part := range strings.SplitSeq(s, "_") {
 		if part == "" {
@@ -290,9 +355,9 @@ func init() {
 	}
 }
 
-// validateTable checks a table name for init: every identifier built from
-// it is then safe to splice into SQL.
-func validateTable(name string) error {
+// ValidateTable checks a table name: every identifier built from it is then
+// safe to splice into SQL.
+func ValidateTable(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("--table is required (for example --table billing_outbox)")
@@ -303,8 +368,22 @@ func validateTable(name string) error {
 	case strings.HasPrefix(name, "pg_"):
 		return fmt.Errorf("invalid --table %q: the pg_ prefix is reserved for PostgreSQL's system names", name)
 	}
-	if c := camelCase(name); c == "" || !(c[0] >= 'A' && c[0] <= 'Z') {
+	if c := CamelCase(name); c == "" || !(c[0] >= 'A' && c[0] <= 'Z') {
 		return fmt.Errorf("invalid --table %q: the query names are built from its CamelCase form (%q), which must start with a letter", name, c)
+	}
+	return nil
+}
+
+// ValidateSchema checks a schema name the same way (no reserved words, no
+// pg_ prefix: pg_catalog and pg_temp are not places for an outbox).
+func ValidateSchema(name string) error {
+	switch {
+	case !tableNameRe.MatchString(name):
+		return fmt.Errorf("invalid --schema %q: use 1-63 characters among lower-case letters, digits and '_', not starting with a digit", name)
+	case reservedWords[name]:
+		return fmt.Errorf("invalid --schema %q: it is a reserved SQL key word", name)
+	case strings.HasPrefix(name, "pg_") || name == "information_schema":
+		return fmt.Errorf("invalid --schema %q: a system schema", name)
 	}
 	return nil
 }

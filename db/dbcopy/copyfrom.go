@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: copyfrom.go
 
-package db
+package dbcopy
 
 import (
 	"context"
@@ -44,6 +44,12 @@ func (r iteratorForOutboxEnqueueMany) Err() error {
 
 // OutboxEnqueueMany bulk-inserts events with COPY (available now).
 // Lock strategy: none; one NOTIFY per COPY through the statement trigger.
+// Headers: COPY has no expressions, so the caller passes a JSON object ({}
+// for none); NULL violates the column's NOT NULL.
+// This query sits in a folder of its own with its own sqlc entry (package
+// dbcopy) because a :copyfrom query adds CopyFrom to the generated DBTX
+// interface: copying queries/ leaves an application's DBTX (and its
+// hand-written mocks) unchanged; copy this folder too only to opt into COPY.
 func (q *Queries) OutboxEnqueueMany(ctx context.Context, arg []OutboxEnqueueManyParams) (int64, error) {
 	return q.db.CopyFrom(ctx, []string{"outbox"}, []string{"aggregate_type", "aggregate_id", "event_type", "payload", "headers", "ordered"}, &iteratorForOutboxEnqueueMany{rows: arg})
 }

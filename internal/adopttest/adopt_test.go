@@ -1,0 +1,477 @@
+// Package adopttest is issue 13's acceptance test: it copies the sample
+// application examples/adopt and applies both routes of the README's "Using
+// the SQL in your own sqlc project" to the copies, command for command —
+// pgoutbox init and the copy by hand, sqlc generate (the pinned sqlc),
+// goose up with the application's version table (goose's Provider: the
+// library form of the goose command the README prints), go vet ./... and go
+// test ./... of the application, a relay written against the generated code,
+// and pgoutbox run --table/--schema delivering an event — then pgoutbox init
+// --upgrade on a copy made from an older release's files.
+package adopttest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	root, _ := filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
+	return root
+}
+
+// tools builds the pinned sqlc (tools.mod) and pgoutbox into the test's
+// temp folder (the go build cache makes the second build a link).
+func tools(t *testing.T) (sqlc, pgoutbox string) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"build", "-modfile=tools.mod", "-o", filepath.Join(dir, "sqlc"), "github.com/sqlc-dev/sqlc/cmd/sqlc"},
+		{"build", "-o", filepath.Join(dir, "pgoutbox"), "./cmd/pgoutbox"},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = repoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return filepath.Join(dir, "sqlc"), filepath.Join(dir, "pgoutbox")
+}
+
+// sh runs one command of the route in dir and returns its stdout.
+func sh(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0"), env...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("in %s: %s %s: %v\nstdout:\n%s\nstderr:\n%s", dir, filepath.Base(name), strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// app copies examples/adopt into a temp folder.
+func app(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join(repoRoot(), "examples", "adopt")
+	dst := filepath.Join(t.TempDir(), "adopt")
+	copyTree(t, src, dst)
+	return dst
+}
+
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return writeFile(filepath.Join(dst, rel), string(b))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(path, body string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(body), 0o644)
+}
+
+func mustWrite(t *testing.T, path, body string) {
+	t.Helper()
+	if err := writeFile(path, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func cp(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, to, string(b))
+}
+
+// emptyDatabase creates a database with nothing in it (the application's
+// own, before its migrations) and returns its URL.
+func emptyDatabase(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := pgtest.AdminURL(t)
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	name := fmt.Sprintf("adopt_%d", time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), admin)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			_ = c.Close(context.Background())
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// gooseUp is `goose -dir DIR [-table TABLE] postgres "$DATABASE_URL" up`.
+func gooseUp(t *testing.T, dbURL, dir, versionTable string) []string {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDB(*cfg)
+	defer sqlDB.Close()
+	opts := []goose.ProviderOption{goose.WithDisableGlobalRegistry(true)}
+	if versionTable != "" {
+		opts = append(opts, goose.WithTableName(versionTable))
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, os.DirFS(dir), opts...)
+	if err != nil {
+		t.Fatalf("goose -dir %s: %v", dir, err)
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		t.Fatalf("goose -dir %s up: %v", dir, err)
+	}
+	var applied []string
+	for _, r := range res {
+		applied = append(applied, filepath.Base(r.Source.Path))
+	}
+	return applied
+}
+
+// addSQLCEntry appends the list items of an sqlc.yaml fragment (as init
+// prints it, or as the README shows it) under the app's "sql:".
+func addSQLCEntry(t *testing.T, appDir, fragment string) {
+	t.Helper()
+	if i := strings.Index(fragment, "\nsql:\n"); i >= 0 {
+		fragment = fragment[i+len("\nsql:\n"):]
+	}
+	b, err := os.ReadFile(filepath.Join(appDir, "sqlc.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(appDir, "sqlc.yaml"), strings.TrimRight(string(b), "\n")+"\n"+fragment)
+}
+
+// relayProgram is a relay written against the application's generated
+// outbox package: it enqueues an event in a business transaction
+// (`enqueue`), or claims, "publishes" (prints) and finalizes, fenced, what is
+// pending (`relay`). It also asserts at compile time that the application's
+// hand-written mock satisfies the outbox package's DBTX: copying the queries
+// added no CopyFrom.
+const relayProgram = `package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/adopt/internal/testutil"
+	"example.com/adopt/store"
+	ob "example.com/adopt/{{PKGPATH}}"
+)
+
+var _ ob.DBTX = (*testutil.MockDBTX)(nil)
+
+func main() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	switch os.Args[1] {
+	case "enqueue":
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			panic(err)
+		}
+		defer tx.Rollback(ctx)
+		emp, err := store.New(tx).EmployeeCreate(ctx, store.EmployeeCreateParams{Name: os.Args[2]})
+		if err != nil {
+			panic(err)
+		}
+		id, err := ob.New(tx).{{CAMEL}}Enqueue(ctx, ob.{{CAMEL}}EnqueueParams{
+			AggregateType: "employee", AggregateID: fmt.Sprint(emp.ID), EventType: os.Args[3],
+			Payload: []byte(fmt.Sprintf("{\"name\":%q}", emp.Name)), // headers nil: stored as {}
+		})
+		if err != nil {
+			panic(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			panic(err)
+		}
+		fmt.Println("enqueued", id)
+	case "relay":
+		q := ob.New(pool)
+		rows, err := q.{{CAMEL}}Claim(ctx, ob.{{CAMEL}}ClaimParams{Owner: "adopt-relay", Batch: 10, Lease: 30 * time.Second, MaxAttempts: 5, RecoverExpired: true})
+		if err != nil {
+			panic(err)
+		}
+		for _, r := range rows {
+			n, err := q.{{CAMEL}}MarkDone(ctx, ob.{{CAMEL}}MarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion})
+			if err != nil || n != 1 {
+				panic(fmt.Sprint("mark done: ", n, err))
+			}
+			fmt.Println("relayed", r.ID, r.EventType)
+		}
+	}
+}
+`
+
+func writeRelay(t *testing.T, appDir, pkgPath, camel string) {
+	t.Helper()
+	src := strings.NewReplacer("{{PKGPATH}}", pkgPath, "{{CAMEL}}", camel).Replace(relayProgram)
+	mustWrite(t, filepath.Join(appDir, "cmd", "relay", "main.go"), src)
+}
+
+// runUntil starts `pgoutbox run ...`, waits until its stdout has a line
+// containing want, then stops it with SIGTERM and checks it exits 0.
+func runUntil(t *testing.T, dir string, env []string, want string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), want) {
+				select {
+				case found <- sc.Text():
+				default:
+				}
+			}
+		}
+		close(found)
+	}()
+	select {
+	case line, ok := <-found:
+		if !ok {
+			_ = cmd.Wait()
+			t.Fatalf("pgoutbox %s exited before delivering %q:\n%s", strings.Join(args, " "), want, stderr.String())
+		}
+		t.Logf("pgoutbox run delivered: %s", line)
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("pgoutbox %s delivered no %q in 2 minutes:\n%s", strings.Join(args, " "), want, stderr.String())
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("pgoutbox run after SIGTERM: %v\n%s", err, stderr.String())
+	}
+}
+
+func migrationNames(t *testing.T) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(repoRoot(), "migrations", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Route 1: pgoutbox init into the app's goose folder, table hr_outbox in
+// the schema hr, applied with the app's version table (goose_db_version).
+func TestAdopt_RouteInit(t *testing.T) {
+	t.Parallel()
+	sqlc, pgoutbox := tools(t)
+	dir := app(t)
+	dbURL := emptyDatabase(t)
+	env := []string{"DATABASE_URL=" + dbURL}
+
+	// pgoutbox init --table hr_outbox --schema hr --dir db/outbox --migrations-dir db/migrations > sqlc.outbox.yaml
+	entry := sh(t, dir, nil, pgoutbox, "init", "--table", "hr_outbox", "--schema", "hr", "--dir", "db/outbox", "--migrations-dir", "db/migrations")
+	mustWrite(t, filepath.Join(dir, "sqlc.outbox.yaml"), entry)
+	// add the printed entry to sqlc.yaml, then: sqlc generate
+	addSQLCEntry(t, dir, entry)
+	sh(t, dir, nil, sqlc, "generate")
+	// goose -dir db/migrations postgres "$DATABASE_URL" up
+	applied := gooseUp(t, dbURL, filepath.Join(dir, "db", "migrations"), "")
+	if len(applied) != 3+len(migrationNames(t)) || applied[3] != "00004_hr_outbox.sql" {
+		t.Errorf("goose applied %v", applied)
+	}
+	writeRelay(t, dir, "db/outbox/hroutbox", "HrOutbox")
+	sh(t, dir, nil, "go", "vet", "./...")
+	sh(t, dir, nil, "go", "test", "./...")
+	if out := sh(t, dir, env, "go", "run", "./cmd/relay", "enqueue", "Ada", "EmployeeHired"); !strings.Contains(out, "enqueued 1") {
+		t.Errorf("enqueue: %s", out)
+	}
+	if out := sh(t, dir, env, "go", "run", "./cmd/relay", "relay"); !strings.Contains(out, "relayed 1 EmployeeHired") {
+		t.Errorf("relay from the generated code: %q", out)
+	}
+	sh(t, dir, env, "go", "run", "./cmd/relay", "enqueue", "Grace", "EmployeeOnboarded")
+	// pgoutbox run --table hr_outbox --schema hr ...
+	runUntil(t, dir, env, `"event_type":"EmployeeOnboarded"`, pgoutbox, "run", "--table", "hr_outbox", "--schema", "hr", "--publisher", "stdout", "--poll-interval", "200ms")
+}
+
+// Route 2: the copy by hand, as the README shows it: migrations renamed
+// after the app's latest (00003), queries in a folder of their own, an sqlc
+// entry whose schema lists only the copied files.
+func TestAdopt_RouteByHand(t *testing.T) {
+	t.Parallel()
+	sqlc, pgoutbox := tools(t)
+	dir := app(t)
+	dbURL := emptyDatabase(t)
+	env := []string{"DATABASE_URL=" + dbURL}
+
+	var schema []string
+	for i, m := range migrationNames(t) {
+		// cp migrations/00001_outbox.sql db/migrations/00004_outbox.sql ...
+		name := fmt.Sprintf("%05d%s", 4+i, filepath.Base(m)[5:])
+		cp(t, m, filepath.Join(dir, "db", "migrations", name))
+		schema = append(schema, "      - db/migrations/"+name)
+	}
+	// mkdir -p db/outbox/queries && cp queries/*.sql db/outbox/queries/
+	queries, _ := filepath.Glob(filepath.Join(repoRoot(), "queries", "*.sql"))
+	for _, q := range queries {
+		cp(t, q, filepath.Join(dir, "db", "outbox", "queries", filepath.Base(q)))
+	}
+	addSQLCEntry(t, dir, `  - engine: postgresql
+    schema:
+`+strings.Join(schema, "\n")+`
+    queries: db/outbox/queries
+    gen:
+      go:
+        package: outboxdb
+        out: db/outboxdb
+        sql_package: pgx/v5
+        overrides:
+          - db_type: xid8
+            go_type: github.com/jackc/pgx/v5/pgtype.Uint64
+          - db_type: pg_catalog.interval
+            go_type: time.Duration
+          - db_type: pg_catalog.timestamptz
+            go_type: time.Time
+`)
+	sh(t, dir, nil, sqlc, "generate")
+	models, err := os.ReadFile(filepath.Join(dir, "db", "outboxdb", "models.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(models), "Employee") || strings.Contains(string(models), "Payslip") {
+		t.Errorf("the outbox package holds the app's models:\n%s", models)
+	}
+	gooseUp(t, dbURL, filepath.Join(dir, "db", "migrations"), "")
+	writeRelay(t, dir, "db/outboxdb", "Outbox")
+	sh(t, dir, nil, "go", "vet", "./...")
+	sh(t, dir, nil, "go", "test", "./...")
+	sh(t, dir, env, "go", "run", "./cmd/relay", "enqueue", "Ada", "EmployeeHired")
+	if out := sh(t, dir, env, "go", "run", "./cmd/relay", "relay"); !strings.Contains(out, "relayed 1 EmployeeHired") {
+		t.Errorf("relay from the generated code: %q", out)
+	}
+	sh(t, dir, env, "go", "run", "./cmd/relay", "enqueue", "Grace", "EmployeeOnboarded")
+	// Applied through the app's goose history: pgoutbox accepts the table as
+	// it is, and migrate up refuses to create a second one.
+	cmd := exec.Command(pgoutbox, "migrate", "up")
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "already exists, but pgoutbox's version table pgoutbox_migrations does not") {
+		t.Errorf("migrate up on an outbox migrated by the app: %v\n%s", err, out)
+	}
+	runUntil(t, dir, env, `"event_type":"EmployeeOnboarded"`, pgoutbox, "run", "--publisher", "stdout", "--poll-interval", "200ms")
+}
+
+// An app that copied an older release's files by hand (00001-00002, before
+// stamps, renumbered 00004-00005) and applied them: init --upgrade adds only
+// the newer migrations after its latest, goose applies them, and the relay
+// runs on the upgraded table.
+func TestAdopt_UpgradeFromAnOlderRelease(t *testing.T) {
+	t.Parallel()
+	_, pgoutbox := tools(t)
+	dir := app(t)
+	dbURL := emptyDatabase(t)
+	env := []string{"DATABASE_URL=" + dbURL}
+	old := filepath.Join(repoRoot(), "internal", "cli", "testdata", "release-ec787be")
+	cp(t, filepath.Join(old, "byhand", "00001_outbox.sql"), filepath.Join(dir, "db", "migrations", "00004_outbox.sql"))
+	cp(t, filepath.Join(old, "byhand", "00002_outbox_notify.sql"), filepath.Join(dir, "db", "migrations", "00005_outbox_notify.sql"))
+	queries, _ := filepath.Glob(filepath.Join(old, "init-hr_outbox", "queries", "*.sql"))
+	for _, q := range queries { // the old release's queries, copied by hand (table outbox)
+		b, _ := os.ReadFile(q)
+		body := strings.NewReplacer("hr_outbox", "outbox", "HrOutbox", "Outbox").Replace(string(b))
+		mustWrite(t, filepath.Join(dir, "db", "outbox", "queries", filepath.Base(q)), body[strings.Index(body, "\n")+1:])
+	}
+	if got := gooseUp(t, dbURL, filepath.Join(dir, "db", "migrations"), ""); len(got) != 5 {
+		t.Fatalf("the old state: goose applied %v", got)
+	}
+
+	out := sh(t, dir, nil, pgoutbox, "init", "--table", "outbox", "--dir", "db/outbox", "--migrations-dir", "db/migrations", "--upgrade")
+	if !strings.Contains(out, "      - db/migrations/00004_outbox.sql\n") {
+		t.Errorf("upgrade's sqlc entry:\n%s", out)
+	}
+	applied := gooseUp(t, dbURL, filepath.Join(dir, "db", "migrations"), "")
+	if want := len(migrationNames(t)) - 2; len(applied) != want || applied[0] != "00006_outbox_notify_throttle.sql" {
+		t.Errorf("after init --upgrade goose applied %v, want the %d new migrations from 00006", applied, want)
+	}
+	claim, _ := os.ReadFile(filepath.Join(dir, "db", "outbox", "queries", "claim.sql"))
+	if !strings.HasPrefix(string(claim), "-- Copied by `pgoutbox init --table outbox`") {
+		t.Errorf("queries not rewritten by --upgrade:\n%.200s", claim)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('employee', '1', 'EmployeeUpgraded', '{}', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, dir, env, `"event_type":"EmployeeUpgraded"`, pgoutbox, "run", "--publisher", "stdout", "--poll-interval", "200ms")
+}

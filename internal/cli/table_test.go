@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+)
+
+// Every command works on a table created under another name in a schema
+// (issue 13, items 9 and 10): migrate, enqueue, stats, dead, purge and run
+// delivering the event, while the plain outbox next to it is untouched.
+func TestCommands_TableAndSchema(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	env := d.env()
+	tbl := []string{"--table", "hr_outbox", "--schema", "hr"}
+	with := func(args ...string) []string { return append(args, tbl...) }
+
+	r := call(t, invocation{env: env}, with("migrate", "up")...)
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "applied  00001_outbox.sql")
+	plain := d.enqueue(t, 1, "Plain", "p", false)[0]
+
+	r = call(t, invocation{env: env}, with("enqueue", "--aggregate-type", "employee", "--aggregate-id", "e1", "--event-type", "Hired", "--payload", `{"n":1}`)...)
+	wantCode(t, r, ExitOK)
+	r = call(t, invocation{env: env}, with("stats")...)
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "pending")
+	r = call(t, invocation{env: env}, with("dead", "list")...)
+	wantCode(t, r, ExitOK)
+
+	b := start(t, invocation{env: env}, with("run", "--publisher", "discard", "--poll-interval", "50ms")...)
+	eventually(t, 30*time.Second, "the hr.hr_outbox message to be done", func() bool {
+		var n int
+		_ = d.pool.QueryRow(context.Background(), "SELECT count(*) FROM hr.hr_outbox WHERE status = 'done'").Scan(&n)
+		return n == 1
+	})
+	wantCode(t, b.stop(t), ExitOK)
+	if s := d.status(t, plain); s != "pending" {
+		t.Errorf("public.outbox row is %s", s)
+	}
+	r = call(t, invocation{env: env}, with("purge", "--older-than", "0s", "--yes")...)
+	if r.code != ExitOK && r.code != ExitUsage {
+		t.Errorf("purge: %s", r)
+	}
+
+	// Forgetting --schema: a clear refusal naming the table, the schema and
+	// the search_path, never a second outbox.
+	r = call(t, invocation{env: env}, "stats", "--table", "hr_outbox")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "table hr_outbox not found (schema (none: resolved through the search_path); search_path seen: \"$user\", public); a table of that name exists as hr.hr_outbox")
+	r = call(t, invocation{env: env}, "migrate", "up", "--table", "hr_outbox")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "but hr.hr_outbox exists: pass --schema")
+	var n int
+	if err := d.pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_class WHERE relname = 'hr_outbox'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d tables named hr_outbox (%v): a second outbox was created", n, err)
+	}
+}
+
+// Migrations applied through the application's own goose history (no
+// pgoutbox_migrations): the commands accept the table (issue 13, item 3),
+// and `migrate up` refuses instead of failing on "relation already exists".
+func TestCommands_OutboxMigratedWithTheAppsGooseTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newDB(t)
+	d.exec(t, "DROP TABLE outbox CASCADE; DROP TABLE pgoutbox_migrations; DROP FUNCTION IF EXISTS outbox_notify(), outbox_notify_throttled()")
+	dir := filepath.Join(t.TempDir(), "migrations")
+	r := call(t, invocation{}, "init", "--table", "outbox", "--dir", filepath.Dir(dir), "--migrations-dir", dir)
+	wantCode(t, r, ExitOK)
+	entries, _ := os.ReadDir(dir)
+	if len(entries) == 0 {
+		t.Fatal("init wrote no migrations")
+	}
+	sqlDB := stdlib.OpenDBFromPool(d.pool)
+	defer sqlDB.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, os.DirFS(dir), goose.WithDisableGlobalRegistry(true)) // goose_db_version
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := d.enqueue(t, 1, "E", "a", false)[0]
+	r = call(t, invocation{env: d.env()}, "stats")
+	wantCode(t, r, ExitOK)
+	b := start(t, invocation{env: d.env()}, "run", "--publisher", "discard", "--poll-interval", "50ms")
+	eventually(t, 30*time.Second, "the message to be done", func() bool { return d.status(t, id) == "done" })
+	wantCode(t, b.stop(t), ExitOK)
+
+	r = call(t, invocation{env: d.env()}, "migrate", "up")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "migrate up: table outbox already exists, but pgoutbox's version table pgoutbox_migrations does not")
+	if strings.Contains(r.stderr, "already exists (SQLSTATE") {
+		t.Errorf("migrate up ran the migrations: %s", r)
+	}
+	_ = dispatcher.TableDefault
+}

@@ -1,0 +1,119 @@
+// Package importtest measures what an application inherits when it imports
+// pgoutbox's dispatcher: a fresh module with its own Go and pgx versions runs
+// `go mod tidy` against this checkout (through a replace directive) and the
+// test reads the go.mod that results (`go mod edit -json`).
+//
+// The figures are in the README ("Versions and dependencies"); run with -v to
+// print them.
+package importtest
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// importerGo and importerPgx are the versions of the application in issue 13
+// (Go 1.25 was its go line; 1.26.0 is pgoutbox's floor, set by the Kafka
+// publisher's franz-go/kfake requirement).
+const (
+	importerGo  = "1.26.0"
+	importerPgx = "v5.8.0"
+)
+
+type goMod struct {
+	Go      string
+	Require []struct {
+		Path     string
+		Version  string
+		Indirect bool
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func goCmd(t *testing.T, dir string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
+	}
+	return out
+}
+
+func TestImporterOfDispatcherInheritsNoToolRequirements(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	root, err := filepath.Abs(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "go.mod"), "module example.com/importer\n\ngo "+importerGo+"\n\n"+
+		"require (\n\tgithub.com/jackc/pgx/v5 "+importerPgx+"\n\tgithub.com/pgoutbox/pgoutbox v0.0.0\n)\n\n"+
+		"replace github.com/pgoutbox/pgoutbox => "+root+"\n")
+	writeFile(t, filepath.Join(dir, "main.go"), `package main
+
+import (
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+)
+
+func main() {
+	_ = dispatcher.Config{}
+	_ = (*pgxpool.Pool)(nil)
+}
+`)
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "build", "./...")
+	var m goMod
+	if err := json.Unmarshal(goCmd(t, dir, "mod", "edit", "-json"), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Go != importerGo {
+		t.Errorf("go line raised from %s to %s", importerGo, m.Go)
+	}
+	var direct, indirect []string
+	for _, r := range m.Require {
+		for _, banned := range []string{"sqlc", "pg_query", "pganalyze", "wazero", "wasilibs", "grpc", "cel", "antlr"} {
+			if strings.Contains(r.Path, banned) {
+				t.Errorf("importer inherits %s %s (a code-generator requirement)", r.Path, r.Version)
+			}
+		}
+		if r.Path == "github.com/jackc/pgx/v5" && r.Version != importerPgx {
+			t.Errorf("pgx raised from %s to %s", importerPgx, r.Version)
+		}
+		if r.Indirect {
+			indirect = append(indirect, r.Path+" "+r.Version)
+		} else {
+			direct = append(direct, r.Path+" "+r.Version)
+		}
+	}
+	t.Logf("importer go.mod after go mod tidy: go %s, %d direct, %d indirect requirements", m.Go, len(direct), len(indirect))
+	for _, r := range indirect {
+		t.Logf("  indirect %s", r)
+	}
+	// The ceiling is a guard against a new heavy dependency; raise it only
+	// with a reason in the README's figures.
+	if len(indirect) > 12 {
+		t.Errorf("%d indirect requirements (at most 12 expected)", len(indirect))
+	}
+}
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,26 @@
+-- The start check of the dispatcher and of every pgoutbox command: is the
+-- outbox table there as the queries need it? It reads only the catalogs, so
+-- it works whoever applied the migrations and with whatever goose version
+-- table.
+
+-- OutboxCheckTable resolves @relation (table or schema.table) as this
+-- session does, and returns its name as regclass text ('' when it does not
+-- resolve), the search_path seen, its columns, whether the trigger
+-- @trigger_name is on it, and every schema.table named @table_name (to say
+-- where a table is when it is not found).
+-- Lock strategy: none (catalog reads, no lock on the table).
+-- Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
+-- 0 rows: never; one row always.
+-- name: OutboxCheckTable :one
+SELECT coalesce(c.oid::regclass::text, '')::text AS relation,
+       current_setting('search_path')::text AS search_path,
+       coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum)
+                   FROM pg_catalog.pg_attribute a
+                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}')::text[] AS columns,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g
+                WHERE g.tgrelid = c.oid AND g.tgname = @trigger_name::text AND NOT g.tgisinternal) AS has_trigger,
+       coalesce((SELECT array_agg(n.nspname::text || '.' || k.relname::text ORDER BY n.nspname)
+                   FROM pg_catalog.pg_class k JOIN pg_catalog.pg_namespace n ON n.oid = k.relnamespace
+                  WHERE k.relname = @table_name::text AND k.relkind IN ('r', 'p')), '{}')::text[] AS elsewhere
+  FROM (SELECT to_regclass(@relation::text) AS oid) t
+  LEFT JOIN pg_catalog.pg_class c ON c.oid = t.oid;
