@@ -422,7 +422,7 @@ func TestReap_LeavesALateOwnerItsGracePeriod(t *testing.T) {
 	lost := make(chan int64, 1)
 	_, _ = b.start(t, pub, fast(dispatcher.Config{
 		MaxAttempts: 1, Lease: 200 * time.Millisecond, PublishTimeout: 100 * time.Millisecond,
-		ReapGrace:   5 * time.Second,
+		ReapGrace:   20 * time.Second, // far longer than the late finalize takes, even on a busy machine
 		OnLeaseLost: func(id, _ int64) { lost <- id },
 	}))
 	waitFor(t, 30*time.Second, "the message finalized", func() bool { return b.state(t, id).Status != "pending" && b.state(t, id).Status != "processing" })

@@ -149,7 +149,7 @@ func TestRun_HTTPDeliversSignedAndNeverPrintsSecrets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			source := dispatcher.DefaultSource(pc, "public", "outbox")
+			source := dispatcher.DefaultSource(pc, "", "outbox")
 			key := cloudevents.IdempotencyKey(source, strconv.FormatInt(id, 10))
 			if req.path != "/hooks/"+pathToken || req.body != `{"amount": 1}` || req.header.Get("Ce-Source") != source ||
 				req.header.Get("Idempotency-Key") != key || req.header.Get(webhook.HeaderID) != key {
