@@ -18,10 +18,12 @@ import (
 )
 
 // importerGo and importerPgx are the versions of the application in issue 13
-// (Go 1.25 was its go line; 1.26.0 is pgoutbox's floor, set by the Kafka
-// publisher's franz-go/kfake requirement).
+// (go 1.25.0, pgx 5.8). go 1.25.0 is also pgoutbox's own go line: every
+// requirement in go.mod is at a version whose go line is at most 1.25.0
+// (franz-go v1.21.x, nats.go v1.53.x, x/* chosen for it), so the importer's go
+// line must not move.
 const (
-	importerGo  = "1.26.0"
+	importerGo  = "1.25.0"
 	importerPgx = "v5.8.0"
 )
 
