@@ -340,7 +340,7 @@ func (p *Publisher) classify(err error, subject string) error {
 			natsjs.JSErrCodeStreamWrongLastSequence,
 			natsjs.JSErrCodeStreamWrongLastSequenceConstant,
 			errCodeStreamWrongLastMsgID,
-			natsjs.JSErrCodeStreamMessageExceedsMaximum:
+			errCodeStreamMessageExceedsMaximum:
 			return dispatcher.Permanent(fmt.Errorf("jetstream: publish to %q: %w", subject, err))
 		}
 		return dispatcher.Retryable(fmt.Errorf("jetstream: publish to %q: %w", subject, err))
@@ -356,10 +356,12 @@ func (p *Publisher) classify(err error, subject string) error {
 	return dispatcher.Retryable(fmt.Errorf("jetstream: publish to %q: %w", subject, err))
 }
 
-// JetStream API error codes the client library does not name.
+// JetStream API error codes the client library does not name (10054 is named
+// from nats.go v1.54.0 on, whose go line 1.26.0 this module does not ask for).
 const (
-	errCodeStreamNotMatch       natsjs.ErrorCode = 10060 // expected stream does not match
-	errCodeStreamWrongLastMsgID natsjs.ErrorCode = 10070 // wrong last msg ID
+	errCodeStreamMessageExceedsMaximum natsjs.ErrorCode = 10054 // message size exceeds maximum allowed
+	errCodeStreamNotMatch              natsjs.ErrorCode = 10060 // expected stream does not match
+	errCodeStreamWrongLastMsgID        natsjs.ErrorCode = 10070 // wrong last msg ID
 )
 
 // Ping reports whether the publisher can publish: the connection is up,

@@ -503,7 +503,7 @@ func TestClassify_MapsClientErrors(t *testing.T) {
 		"wrong last sequence":     {apiErr(natsjs.JSErrCodeStreamWrongLastSequence), permanent},
 		"wrong last seq constant": {apiErr(natsjs.JSErrCodeStreamWrongLastSequenceConstant), permanent},
 		"wrong last msg id":       {apiErr(10070), permanent},
-		"message too large":       {apiErr(natsjs.JSErrCodeStreamMessageExceedsMaximum), permanent},
+		"message too large":       {apiErr(errCodeStreamMessageExceedsMaximum), permanent},
 		"max payload":             {nats.ErrMaxPayload, permanent},
 		"bad subject":             {nats.ErrBadSubject, permanent},
 	} {

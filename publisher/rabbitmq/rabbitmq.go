@@ -150,8 +150,8 @@ type Config struct {
 	RoutingKeyTemplate string
 	// Mandatory asks the broker to return messages no queue is bound for,
 	// which Publish reports as Permanent (ErrUnroutable); with it off such
-	// messages are dropped by the broker and Publish returns nil. Set it
-	// with new(false). Defaults to true (nil).
+	// messages are dropped by the broker and Publish returns nil. Turn it
+	// off with a pointer to false (off := false; &off). Defaults to true (nil).
 	Mandatory *bool
 	// Source is the CloudEvents source attribute (cloudEvents_source), and
 	// with the outbox id the message_id (cloudevents.IdempotencyKey).

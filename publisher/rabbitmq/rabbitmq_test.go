@@ -264,7 +264,8 @@ func TestPublish_UnroutableWithMandatoryIsPermanent(t *testing.T) {
 func TestPublish_UnroutableWithoutMandatoryIsDroppedByBroker(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	p := newPublisher(t, Config{Exchange: b.exchange, Mandatory: new(false)})
+	off := false
+	p := newPublisher(t, Config{Exchange: b.exchange, Mandatory: &off})
 	msg := testMessage(1)
 	msg.AggregateType = "invoice"
 
