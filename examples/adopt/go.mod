@@ -1,6 +1,6 @@
 module example.com/adopt
 
-go 1.26.0
+go 1.25.0
 
 require github.com/jackc/pgx/v5 v5.8.0
 

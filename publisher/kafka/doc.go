@@ -67,7 +67,14 @@
 //     old topic id, so Publish purges the topic from the producer
 //     (PurgeTopicsFromProducing) and the next attempt uses the new id
 //     (records that concurrent Publish calls had buffered for that topic
-//     fail with it and are retried the same way).
+//     fail with it and are retried the same way). With franz-go v1.21 (the
+//     version this module requires, the newest whose go line is 1.25) the
+//     client first retries such a record itself, UnknownTopicRetries (4)
+//     times one metadata refresh (MetadataMinAge, 5 s) apart, so recovery
+//     after a topic was recreated takes about 25 s by default (measured);
+//     pass kgo.MetadataMinAge or kgo.UnknownTopicRetries in
+//     Config.ClientOptions to shorten it. An application that requires
+//     franz-go v1.22 or later gets the immediate failure and retry.
 //
 // A Retryable error carries no minimum delay: the dispatcher's backoff
 // decides. Errors name the topic; they never contain SASL credentials or
