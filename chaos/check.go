@@ -37,7 +37,7 @@ type Row struct {
 	Tx           string // producer transaction tag (x-chaos-tx)
 	AggregateID  string
 	Ordered      bool
-	Xid          uint64
+	Seq          int64 // commit position (outbox.seq); 0 = unsequenced
 	Status       string
 	Attempts     int
 	LeaseVersion int64
@@ -312,7 +312,7 @@ func Check(h History) *Result {
 
 	// 5. Ordered aggregates: the first arrival of every event comes after
 	// the first accepted arrival of every earlier event of the aggregate,
-	// in (xid, id) order.
+	// in seq (commit) order.
 	aggs := map[string][]*Row{}
 	for i := range h.Rows {
 		if row := &h.Rows[i]; row.Ordered {
@@ -323,7 +323,7 @@ func Check(h History) *Result {
 	r.Aggregate = len(aggs)
 	for agg, list := range aggs {
 		slices.SortFunc(list, func(a, b *Row) int {
-			if c := cmp.Compare(a.Xid, b.Xid); c != 0 {
+			if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.ID, b.ID)

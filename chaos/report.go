@@ -103,13 +103,11 @@ func summary(fg *figures) string {
 	for _, rc := range fg.roles {
 		mark := "ok  "
 		switch {
-		case strings.Contains(rc.What, "OutboxXactHorizon") && !rc.OK:
-			mark = "note" // documented limitation, see docs/roles.sql
 		case !rc.OK:
 			mark = "FAIL"
 		}
 		line := mark + "  " + rc.What
-		if !rc.OK || strings.Contains(rc.What, "OutboxXactHorizon") {
+		if !rc.OK {
 			line += " — " + rc.Note
 		}
 		roleLines = append(roleLines, line)
