@@ -87,7 +87,8 @@ $$;
 -- +goose StatementBegin
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION outbox_commit_order() SET search_path = %I, pg_catalog, pg_temp',
+    EXECUTE format('ALTER FUNCTION %s() SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_commit_order'::regproc,
                    (SELECT n.nspname
                       FROM pg_catalog.pg_class AS c
                       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
