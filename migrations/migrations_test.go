@@ -61,7 +61,7 @@ func TestMigrations_UpDownUpRoundTrip(t *testing.T) {
 		// The commit-order trigger runs as the owner with a pinned search_path.
 		var cfg string
 		if err := pool.QueryRow(ctx, `SELECT array_to_string(proconfig, ';') FROM pg_proc
-		    WHERE oid = 'outbox_commit_order'::regproc AND prosecdef`).Scan(&cfg); err != nil || cfg != "search_path=public, pg_catalog, pg_temp" {
+		    WHERE proname = 'outbox_commit_order' AND prosecdef`).Scan(&cfg); err != nil || cfg != "search_path=public, pg_catalog, pg_temp" {
 			t.Fatalf("round %d: outbox_commit_order config %q (%v)", round, cfg, err)
 		}
 	}
