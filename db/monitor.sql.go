@@ -211,7 +211,7 @@ SELECT count(*) AS waiting_commits,
    AND l.objsubid = 1
    AND NOT l.granted
    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
-   AND l.classid = 'outbox'::regclass::oid
+   AND l.classid = to_regclass('outbox')::oid
 `
 
 type OutboxOrderedCommitWaitsRow struct {
