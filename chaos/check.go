@@ -43,6 +43,8 @@ type Row struct {
 	LeaseVersion int64
 	LastError    string
 	Fate         string
+	Version      int64 // versioned producers: the aggregate's version the event carries; 0 = not versioned
+	Part         int   // versioned producers: 1 or 2 within the version
 }
 
 // Delivery is one HTTP arrival at the receiver.
@@ -108,6 +110,8 @@ type Result struct {
 	DuplicatesBy             map[string]int
 	Lost                     int
 	OrderViolations          int
+	VersionViolations        int // versioned aggregates: first delivered before an event with a lower version
+	VersionedEvents          int
 	FencingViolations        int
 	RolledBackDelivered      int
 	Claims, Recoveries       int
@@ -321,13 +325,8 @@ func Check(h History) *Result {
 		}
 	}
 	r.Aggregate = len(aggs)
-	for agg, list := range aggs {
-		slices.SortFunc(list, func(a, b *Row) int {
-			if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.ID, b.ID)
-		})
+	// checkOrder walks one aggregate's rows in their required order.
+	checkOrder := func(agg string, list []*Row, kind string, count *int) {
 		var prevAccept time.Time // latest first-accept of the earlier events
 		var blocker int64        // an earlier event never accepted
 		for _, row := range list {
@@ -335,12 +334,12 @@ func Check(h History) *Result {
 			if s != nil && s.arrivals > 0 {
 				switch {
 				case blocker != 0:
-					r.OrderViolations++
-					r.fail("order", "aggregate %s: id %d arrived although earlier id %d was never accepted", agg, row.ID, blocker)
+					*count++
+					r.fail(kind, "aggregate %s: id %d arrived although earlier id %d was never accepted", agg, row.ID, blocker)
 				case !prevAccept.IsZero() && !s.firstArrival.After(prevAccept):
-					r.OrderViolations++
-					r.fail("order", "aggregate %s: id %d first arrived %s before an earlier event was first accepted",
-						agg, row.ID, prevAccept.Sub(s.firstArrival))
+					*count++
+					r.fail(kind, "aggregate %s: id %d (version %d/%d) first arrived %s before an earlier event was first accepted",
+						agg, row.ID, row.Version, row.Part, prevAccept.Sub(s.firstArrival))
 				}
 			}
 			if s == nil || s.accepted == 0 {
@@ -353,6 +352,37 @@ func Check(h History) *Result {
 				prevAccept = s.firstAccept
 			}
 		}
+	}
+	for agg, list := range aggs {
+		slices.SortFunc(list, func(a, b *Row) int {
+			if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.ID, b.ID)
+		})
+		checkOrder(agg, list, "order", &r.OrderViolations)
+	}
+	// 5b. Versioned aggregates: the same in (version, part) order, the order
+	// the producers' own UPDATE ... RETURNING v established. This is the
+	// independent check of commit order: it does not trust seq.
+	for agg, list := range aggs {
+		var versioned []*Row
+		for _, row := range list {
+			if row.Version > 0 {
+				versioned = append(versioned, row)
+			}
+		}
+		if len(versioned) == 0 {
+			continue
+		}
+		r.VersionedEvents += len(versioned)
+		slices.SortFunc(versioned, func(a, b *Row) int {
+			if c := cmp.Compare(a.Version, b.Version); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Part, b.Part)
+		})
+		checkOrder(agg, versioned, "order-by-version", &r.VersionViolations)
 	}
 
 	// 6. Fencing, from the audit of every UPDATE.

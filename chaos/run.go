@@ -321,13 +321,14 @@ func extraChecks(fg *figures) {
 func collect(ctx context.Context, e *env, maxAttempts int) (History, int, error) {
 	h := History{MaxAttempts: maxAttempts}
 	rows, err := e.admin.Query(ctx, `SELECT id, coalesce(headers->>'x-chaos-tx', ''), aggregate_id, ordered, coalesce(seq, 0), status,
-		attempts, lease_version, coalesce(last_error, ''), coalesce(headers->>'x-chaos-fate', '') FROM outbox ORDER BY id`)
+		attempts, lease_version, coalesce(last_error, ''), coalesce(headers->>'x-chaos-fate', ''),
+		coalesce((headers->>'x-chaos-version')::bigint, 0), coalesce((headers->>'x-chaos-part')::int, 0) FROM outbox ORDER BY id`)
 	if err != nil {
 		return h, 0, err
 	}
 	for rows.Next() {
 		var r Row
-		if err := rows.Scan(&r.ID, &r.Tx, &r.AggregateID, &r.Ordered, &r.Seq, &r.Status, &r.Attempts, &r.LeaseVersion, &r.LastError, &r.Fate); err != nil {
+		if err := rows.Scan(&r.ID, &r.Tx, &r.AggregateID, &r.Ordered, &r.Seq, &r.Status, &r.Attempts, &r.LeaseVersion, &r.LastError, &r.Fate, &r.Version, &r.Part); err != nil {
 			return h, 0, err
 		}
 		h.Rows = append(h.Rows, r)

@@ -91,6 +91,13 @@ CREATE TABLE chaos_orders (
     tx     text NOT NULL,
     amount integer NOT NULL
 );
+-- Versioned aggregates (issue 11 case 3): each producer transaction bumps v
+-- and writes ordered events carrying it.
+CREATE TABLE chaos_versions (
+    id text PRIMARY KEY,
+    v  bigint NOT NULL
+);
+INSERT INTO chaos_versions SELECT 'ver-' || lpad(g::text, 2, '0'), 0 FROM generate_series(0, 19) AS g;
 `
 
 // setupDatabase creates the chaos database, migrates it with the pgoutbox
@@ -144,6 +151,9 @@ func setupDatabase(ctx context.Context, c *pgcluster.Cluster, root, bin string) 
 	// The business table is the application's, not pgoutbox's: its grant is
 	// the application's business.
 	if _, err := e.admin.Exec(ctx, "GRANT INSERT ON chaos_orders TO "+producerUser); err != nil {
+		return nil, err
+	}
+	if _, err := e.admin.Exec(ctx, "GRANT SELECT, UPDATE ON chaos_versions TO "+producerUser); err != nil {
 		return nil, err
 	}
 	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
