@@ -7,12 +7,20 @@
 -- transaction anywhere stalled every ordered aggregate.
 --
 -- Now every ordered row gets a position, seq, when its transaction COMMITs,
--- under a per-aggregate lock:
--- * outbox_commit_order is a deferred constraint trigger (fires at COMMIT,
---   for ordered rows only). For each row it takes a transaction-level
---   advisory lock for the row's aggregate and sets seq = nextval(outbox_seq)
---   by primary key. Deferred row events fire in insertion order, so within a
---   transaction seq follows insertion order.
+-- under per-aggregate locks:
+-- * outbox_commit_order is a deferred constraint trigger: it runs at COMMIT,
+--   once per transaction that inserted ordered rows (its WHEN clause queues
+--   the event for the first such row only and remembers that row's id in the
+--   transaction-local setting outbox.seq_from). It takes a transaction-level
+--   advisory lock for every aggregate the transaction wrote ordered rows to,
+--   in key order, then sets seq = nextval('outbox_seq') on all of them in one
+--   UPDATE, in id order (insertion order within the transaction, COPY
+--   included).
+-- * Which rows: ordered rows with seq IS NULL and id >= outbox.seq_from,
+--   found through the small partial index outbox_unsequenced. Every
+--   committed ordered row is sequenced (by its own COMMIT), and other open
+--   transactions' rows are invisible, so the visible unsequenced rows are
+--   exactly this transaction's own.
 -- * PostgreSQL releases a transaction's locks only after its commit is
 --   visible. The next transaction of the same aggregate therefore takes the
 --   lock (and draws its seq) only after the previous one is visible: per
@@ -20,24 +28,21 @@
 --   visible whenever a row with a higher seq is. That is all the claim needs:
 --   the first sequenced undelivered row of an aggregate is its head, with no
 --   horizon. An open transaction holds nothing until it commits, so it
---   delays nobody's events (its own rows are unsequenced, hence invisible to
---   the claim until they are sequenced and committed together).
--- * Rows are claimable only once sequenced: seq is NULL until the producing
---   transaction commits (nobody else can see the row before that anyway),
---   and the head index below holds sequenced rows only.
+--   delays nobody's events.
 -- * Plain INSERTs from any language and COPY (OutboxEnqueueMany) get it too:
 --   the trigger lives in the table.
 --
--- Costs (README "Ordering: what is guaranteed"):
+-- Costs (README "Ordering: what is guaranteed"; BENCHMARKS.md 4b):
 -- * Producers of one aggregate serialize their COMMITs (not their whole
---   transactions): the second waits for the first's commit flush.
--- * One extra UPDATE per ordered row at COMMIT.
--- * A transaction writing several aggregates locks them at COMMIT in the
---   order it first wrote them. Two transactions writing the same aggregates
---   in opposite orders can deadlock at COMMIT; PostgreSQL detects it
---   (deadlock_timeout) and aborts one COMMIT with SQLSTATE 40P01, which rolls
---   back that transaction's business change and its events together. Write
---   aggregates in a consistent order (e.g. sorted by aggregate_id) to avoid it.
+--   transactions): the second waits for the first's commit to be flushed.
+-- * One function call, one lock per aggregate and one UPDATE statement per
+--   transaction at COMMIT (each ordered row is written a second time).
+-- * Deadlocks: the locks of one COMMIT are taken in one pass, sorted by key,
+--   so two transactions writing the same aggregates in opposite orders do
+--   not deadlock. They can under SET CONSTRAINTS ALL IMMEDIATE (below), where
+--   each statement locks its own aggregates as it ends: PostgreSQL then
+--   detects the cycle (deadlock_timeout) and aborts one transaction with
+--   SQLSTATE 40P01, its business change and events together.
 -- * Lock keys: the single-bigint advisory key space, key = (table oid << 32)
 --   | (hashtext(aggregate_id) & 0xffffffff). It cannot collide with the notify
 --   gate of 00003, which is in the two-int4 key space (PostgreSQL keeps the
@@ -46,26 +51,32 @@
 --   whose hashes collide share a lock: their commits serialize, order stays
 --   correct.
 -- * Under SET CONSTRAINTS ALL IMMEDIATE (or outbox_commit_order IMMEDIATE)
---   the trigger runs at the end of each inserting statement instead: the
---   aggregate's lock is held from that insert to COMMIT. Still commit order,
---   but producers of the aggregate then wait for each other's whole
---   remaining transaction.
+--   the trigger runs at the end of each statement that inserted ordered rows
+--   instead: their aggregates' locks are held from that statement to COMMIT.
+--   Still commit order, but producers of those aggregates then wait for each
+--   other's whole remaining transaction (an idle one blocks them).
 CREATE SEQUENCE outbox_seq AS bigint;
 
 ALTER TABLE outbox ADD COLUMN seq bigint;
 ALTER SEQUENCE outbox_seq OWNED BY outbox.seq;
 
--- Backfill: undelivered ordered rows keep their current relative order
--- ((xid, id), the order 00001-00003 delivered in). The table is locked by the
--- ALTER above for the rest of this migration, so no producer can interleave.
+-- Backfill: every ordered row gets a seq; undelivered ones keep their
+-- current relative order ((xid, id), the order 00001-00003 delivered in).
+-- The table is locked by the ALTER above for the rest of this migration, so
+-- no producer can interleave.
 UPDATE outbox AS o
    SET seq = b.seq
   FROM (SELECT id, row_number() OVER (ORDER BY xid, id) AS seq
           FROM outbox
-         WHERE ordered AND status IN ('pending', 'processing', 'dead')) AS b
+         WHERE ordered) AS b
  WHERE o.id = b.id;
 
 SELECT setval('outbox_seq', coalesce((SELECT max(seq) FROM outbox), 0) + 1, false);
+
+-- The rows the commit trigger looks for: ordered, not yet sequenced. Only
+-- open transactions' rows (and rolled-back ones until vacuum) are here.
+CREATE INDEX outbox_unsequenced ON outbox (id)
+    WHERE ordered AND seq IS NULL;
 
 -- The function runs as the table owner (SECURITY DEFINER): producers hold
 -- INSERT only (docs/roles.sql) and must not be able to change seq themselves.
@@ -75,10 +86,26 @@ SELECT setval('outbox_seq', coalesce((SELECT max(seq) FROM outbox), 0) + 1, fals
 -- +goose StatementBegin
 CREATE FUNCTION outbox_commit_order() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    from_id bigint := coalesce(nullif(current_setting('outbox.seq_from', true), '')::bigint, 0);
 BEGIN
-    PERFORM pg_advisory_xact_lock((TG_RELID::bigint << 32)
-                                  | (hashtext(NEW.aggregate_id)::bigint & 4294967295));
-    UPDATE outbox SET seq = nextval('outbox_seq') WHERE id = NEW.id;
+    -- Later ordered inserts of this transaction (SET CONSTRAINTS ... IMMEDIATE,
+    -- or a deferred trigger inserting at COMMIT) queue the next run.
+    PERFORM set_config('outbox.seq_from', '', true);
+    PERFORM pg_advisory_xact_lock(k.key)
+       FROM (SELECT DISTINCT (TG_RELID::bigint << 32) | (hashtext(u.aggregate_id)::bigint & 4294967295) AS key
+               FROM outbox AS u
+              WHERE u.ordered AND u.seq IS NULL AND u.id >= from_id
+              ORDER BY 1) AS k;
+    -- nextval is evaluated after the ORDER BY of its own subquery level.
+    UPDATE outbox AS o
+       SET seq = s.seq
+      FROM (SELECT m.id, nextval('outbox_seq') AS seq
+              FROM (SELECT u.id
+                      FROM outbox AS u
+                     WHERE u.ordered AND u.seq IS NULL AND u.id >= from_id
+                     ORDER BY u.id) AS m) AS s
+     WHERE o.id = s.id;
     RETURN NULL;
 END;
 $$;
@@ -97,11 +124,16 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- Queued for the first ordered row of a transaction only (the setting is
+-- transaction-local and rolled back with a savepoint, as the deferred event
+-- queued inside it is).
 CREATE CONSTRAINT TRIGGER outbox_commit_order
     AFTER INSERT ON outbox
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
-    WHEN (NEW.ordered)
+    WHEN (NEW.ordered AND
+          CASE WHEN coalesce(current_setting('outbox.seq_from', true), '') <> '' THEN false
+               ELSE set_config('outbox.seq_from', NEW.id::text, true) <> '' END)
     EXECUTE FUNCTION outbox_commit_order();
 
 -- Ordered claim: the first entry per aggregate_id is that aggregate's head in
@@ -123,5 +155,6 @@ CREATE INDEX outbox_ordered_head ON outbox (aggregate_id, xid, id)
     WHERE ordered AND status IN ('pending', 'processing', 'dead');
 DROP TRIGGER outbox_commit_order ON outbox;
 DROP FUNCTION outbox_commit_order();
+DROP INDEX outbox_unsequenced;
 ALTER TABLE outbox DROP COLUMN seq;
 DROP SEQUENCE IF EXISTS outbox_seq;
