@@ -227,9 +227,9 @@ type OutboxOrderedCommitWaitsRow struct {
 // (and unsequenced) until its own COMMIT. What ordered writes do cost is this
 // wait: commits of one aggregate go one at a time, so a steady non-zero count
 // means a hot aggregate; a wait as long as a transaction means a producer
-// holds the lock from its insert (SET CONSTRAINTS ALL IMMEDIATE). Deadlocks
-// between such commits are aborted by PostgreSQL (SQLSTATE 40P01) after
-// deadlock_timeout.
+// holds the lock from its insert (SET CONSTRAINTS ALL IMMEDIATE, where
+// opposite write orders can also deadlock: PostgreSQL aborts one with
+// SQLSTATE 40P01 after deadlock_timeout).
 // Reads pg_locks (visible to every role, unlike other roles' rows of
 // pg_stat_activity): advisory locks in the single-bigint key space whose
 // upper 32 bits (classid) are this table's oid, not granted, in this database.
