@@ -9,18 +9,21 @@
 -- Now every ordered row gets a position, seq, when its transaction COMMITs,
 -- under per-aggregate locks:
 -- * outbox_commit_order is a deferred constraint trigger: it runs at COMMIT,
---   once per transaction that inserted ordered rows (its WHEN clause queues
---   the event for the first such row only and remembers that row's id in the
---   transaction-local setting outbox.seq_from). It takes a transaction-level
---   advisory lock for every aggregate the transaction wrote ordered rows to,
---   in key order, then sets seq = nextval('outbox_seq') on all of them in one
---   UPDATE, in id order (insertion order within the transaction, COPY
---   included).
--- * Which rows: ordered rows with seq IS NULL and id >= outbox.seq_from,
---   found through the small partial index outbox_unsequenced. Every
---   committed ordered row is sequenced (by its own COMMIT), and other open
---   transactions' rows are invisible, so the visible unsequenced rows are
---   exactly this transaction's own.
+--   once per transaction that inserted ordered rows. Its WHEN clause queues
+--   the event for the first such row only, and records the id span of the
+--   transaction's ordered rows in two transaction-local settings
+--   (outbox.seq_from: the first row's id, outbox.seq_to: the last one's).
+--   It takes a transaction-level advisory lock for every aggregate the
+--   transaction wrote ordered rows to, in key order, then sets
+--   seq = nextval('outbox_seq') on all of them in one UPDATE, in id order
+--   (insertion order within the transaction, COPY included; ids come from
+--   the identity column, which hands them out in call order).
+-- * Which rows: ordered rows with seq IS NULL whose id lies in that span,
+--   through the primary key. Every committed ordered row is sequenced (by
+--   its own COMMIT) and other open transactions' rows are invisible, so the
+--   visible unsequenced rows of the span are exactly this transaction's own.
+--   A transaction with one ordered row takes the short path: one lock, one
+--   UPDATE by primary key.
 -- * PostgreSQL releases a transaction's locks only after its commit is
 --   visible. The next transaction of the same aggregate therefore takes the
 --   lock (and draws its seq) only after the previous one is visible: per
@@ -36,7 +39,8 @@
 -- * Producers of one aggregate serialize their COMMITs (not their whole
 --   transactions): the second waits for the first's commit to be flushed.
 -- * One function call, one lock per aggregate and one UPDATE statement per
---   transaction at COMMIT (each ordered row is written a second time).
+--   transaction at COMMIT (each ordered row is written a second time), and
+--   a set_config per ordered row at insert time.
 -- * Deadlocks: the locks of one COMMIT are taken in one pass, sorted by key,
 --   so two transactions writing the same aggregates in opposite orders do
 --   not deadlock. They can under SET CONSTRAINTS ALL IMMEDIATE (below), where
@@ -73,11 +77,6 @@ UPDATE outbox AS o
 
 SELECT setval('outbox_seq', coalesce((SELECT max(seq) FROM outbox), 0) + 1, false);
 
--- The rows the commit trigger looks for: ordered, not yet sequenced. Only
--- open transactions' rows (and rolled-back ones until vacuum) are here.
-CREATE INDEX outbox_unsequenced ON outbox (id)
-    WHERE ordered AND seq IS NULL;
-
 -- The function runs as the table owner (SECURITY DEFINER): producers hold
 -- INSERT only (docs/roles.sql) and must not be able to change seq themselves.
 -- Its search_path is pinned below to the table's schema with pg_temp last,
@@ -87,15 +86,22 @@ CREATE INDEX outbox_unsequenced ON outbox (id)
 CREATE FUNCTION outbox_commit_order() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
-    from_id bigint := coalesce(nullif(current_setting('outbox.seq_from', true), '')::bigint, 0);
+    from_id bigint := nullif(current_setting('outbox.seq_from', true), '')::bigint;
+    to_id   bigint := nullif(current_setting('outbox.seq_to', true), '')::bigint;
 BEGIN
     -- Later ordered inserts of this transaction (SET CONSTRAINTS ... IMMEDIATE,
     -- or a deferred trigger inserting at COMMIT) queue the next run.
     PERFORM set_config('outbox.seq_from', '', true);
+    IF from_id IS NULL OR to_id IS NULL OR to_id <= from_id THEN
+        -- One ordered row (NEW, the one that queued this run).
+        PERFORM pg_advisory_xact_lock((TG_RELID::bigint << 32) | (hashtext(NEW.aggregate_id)::bigint & 4294967295));
+        UPDATE outbox SET seq = nextval('outbox_seq') WHERE id = NEW.id AND seq IS NULL;
+        RETURN NULL;
+    END IF;
     PERFORM pg_advisory_xact_lock(k.key)
        FROM (SELECT DISTINCT (TG_RELID::bigint << 32) | (hashtext(u.aggregate_id)::bigint & 4294967295) AS key
                FROM outbox AS u
-              WHERE u.ordered AND u.seq IS NULL AND u.id >= from_id
+              WHERE u.id BETWEEN from_id AND to_id AND u.ordered AND u.seq IS NULL
               ORDER BY 1) AS k;
     -- nextval is evaluated after the ORDER BY of its own subquery level.
     UPDATE outbox AS o
@@ -103,7 +109,7 @@ BEGIN
       FROM (SELECT m.id, nextval('outbox_seq') AS seq
               FROM (SELECT u.id
                       FROM outbox AS u
-                     WHERE u.ordered AND u.seq IS NULL AND u.id >= from_id
+                     WHERE u.id BETWEEN from_id AND to_id AND u.ordered AND u.seq IS NULL
                      ORDER BY u.id) AS m) AS s
      WHERE o.id = s.id;
     RETURN NULL;
@@ -124,16 +130,18 @@ END;
 $$;
 -- +goose StatementEnd
 
--- Queued for the first ordered row of a transaction only (the setting is
--- transaction-local and rolled back with a savepoint, as the deferred event
--- queued inside it is).
+-- Queued for the first ordered row of a transaction only; every ordered row
+-- extends the span to its id. The settings are transaction-local and rolled
+-- back with a savepoint, as the deferred event queued inside it is.
 CREATE CONSTRAINT TRIGGER outbox_commit_order
     AFTER INSERT ON outbox
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
     WHEN (NEW.ordered AND
-          CASE WHEN coalesce(current_setting('outbox.seq_from', true), '') <> '' THEN false
-               ELSE set_config('outbox.seq_from', NEW.id::text, true) <> '' END)
+          CASE WHEN coalesce(current_setting('outbox.seq_from', true), '') = ''
+               THEN set_config('outbox.seq_from', NEW.id::text, true) <> ''
+                    AND set_config('outbox.seq_to', NEW.id::text, true) <> ''
+               ELSE set_config('outbox.seq_to', NEW.id::text, true) = '' END)
     EXECUTE FUNCTION outbox_commit_order();
 
 -- Ordered claim: the first entry per aggregate_id is that aggregate's head in
@@ -155,6 +163,5 @@ CREATE INDEX outbox_ordered_head ON outbox (aggregate_id, xid, id)
     WHERE ordered AND status IN ('pending', 'processing', 'dead');
 DROP TRIGGER outbox_commit_order ON outbox;
 DROP FUNCTION outbox_commit_order();
-DROP INDEX outbox_unsequenced;
 ALTER TABLE outbox DROP COLUMN seq;
 DROP SEQUENCE IF EXISTS outbox_seq;

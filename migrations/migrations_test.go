@@ -48,7 +48,7 @@ func TestMigrations_UpDownUpRoundTrip(t *testing.T) {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		var gone bool
-		if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox') IS NULL AND to_regclass('outbox_seq') IS NULL AND to_regclass('outbox_unsequenced') IS NULL
+		if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox') IS NULL AND to_regclass('outbox_seq') IS NULL
 		    AND to_regproc('outbox_commit_order') IS NULL`).Scan(&gone); err != nil || !gone {
 			t.Fatalf("round %d: objects left after DownTo(0) (%v)", round, err)
 		}
@@ -157,7 +157,7 @@ func TestMigrations_CommitOrderBackfillKeepsRelativeOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var restored bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox_seq') IS NULL AND to_regproc('outbox_commit_order') IS NULL AND to_regclass('outbox_unsequenced') IS NULL
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox_seq') IS NULL AND to_regproc('outbox_commit_order') IS NULL
 	    AND pg_get_indexdef('outbox_ordered_head'::regclass) LIKE '%(aggregate_id, xid, id)%'
 	    AND NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'outbox' AND column_name = 'seq')`).Scan(&restored); err != nil || !restored {
 		t.Fatalf("Down did not restore 00003's schema (%v)", err)
