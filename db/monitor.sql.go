@@ -184,7 +184,7 @@ SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldes
   FROM (
         SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered
         UNION ALL
-        SELECT created_at FROM outbox WHERE status = 'pending' AND ordered
+        SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL
         UNION ALL
         SELECT created_at FROM outbox WHERE status = 'processing'
        ) AS undelivered
@@ -195,7 +195,9 @@ SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldes
 // most important alert: it grows without bound when dispatch stops.
 // Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
 // three branches, so retained done rows are not scanned. Note that the
-// seed's form (status IN ('pending', 'processing')) gives the same answer.
+// seed's form (status IN ('pending', 'processing')) gives the same answer:
+// the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
+// and an unsequenced ordered row is an uncommitted one (invisible here).
 func (q *Queries) OutboxOldestPendingAge(ctx context.Context) (float64, error) {
 	row := q.db.QueryRow(ctx, outboxOldestPendingAge)
 	var oldest_age_seconds float64

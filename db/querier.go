@@ -169,7 +169,9 @@ type Querier interface {
 	// most important alert: it grows without bound when dispatch stops.
 	// Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
 	// three branches, so retained done rows are not scanned. Note that the
-	// seed's form (status IN ('pending', 'processing')) gives the same answer.
+	// seed's form (status IN ('pending', 'processing')) gives the same answer:
+	// the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
+	// and an unsequenced ordered row is an uncommitted one (invisible here).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
 	// OutboxOrderedCommitWaits: producers whose COMMIT is waiting for another
 	// transaction of the same aggregate to finish committing (the per-aggregate
