@@ -155,6 +155,7 @@ func run(ctx context.Context, o options) (*Result, error) {
 	window := max(o.duration-5*time.Second, o.duration*3/4)
 	prod := newProducers(ppool, o.seed, o.events, window)
 	prod.txs["role-check"] = 1
+	prod.txs["role-check-wait"] = 1 // the waiter's event; the holder rolled back
 
 	plan := schedule(o.seed, o)
 	fmt.Printf("pgoutbox chaos: seed %d, %d relays, faults for %s (%d planned), %d events, lease %s, publish timeout %s, max attempts %d\n",

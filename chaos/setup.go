@@ -54,7 +54,9 @@ func randHex(n int) string {
 
 // auditSQL records every UPDATE of outbox (chaos database only, not a
 // product migration). SECURITY DEFINER so the relay role needs no grant on
-// the audit table. application_name is the writing relay's owner name.
+// the audit table. application_name is the writing relay's owner name. The
+// commit-order trigger's UPDATE (a producer's COMMIT setting seq) is not
+// delivery state and is left out.
 const auditSQL = `
 CREATE TABLE outbox_audit (
     seq            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -79,7 +81,10 @@ BEGIN
     SELECT o.id, o.status, n.status, o.lease_version, n.lease_version, o.attempts, n.attempts,
            o.lease_owner, n.lease_owner, current_setting('application_name'), left(n.last_error, 100),
            clock_timestamp()
-      FROM old_rows AS o JOIN new_rows AS n USING (id);
+      FROM old_rows AS o JOIN new_rows AS n USING (id)
+     -- not the producer's own commit-order UPDATE (00004), which only sets seq
+     WHERE NOT (o.seq IS NULL AND n.seq IS NOT NULL AND o.status = n.status
+                AND o.lease_version = n.lease_version AND o.attempts = n.attempts);
     RETURN NULL;
 END;
 $$;
