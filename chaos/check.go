@@ -41,12 +41,14 @@ type Row struct {
 	Tx           string // producer transaction tag (x-chaos-tx)
 	AggregateID  string
 	Ordered      bool
-	Xid          uint64
+	Seq          int64 // commit position (outbox.seq); 0 = unsequenced
 	Status       string
 	Attempts     int
 	LeaseVersion int64
 	LastError    string
 	Fate         string
+	Version      int64 // versioned producers: the aggregate's version the event carries; 0 = not versioned
+	Part         int   // versioned producers: 1 or 2 within the version
 }
 
 // Delivery is one HTTP arrival at the receiver.
@@ -112,6 +114,8 @@ type Result struct {
 	DuplicatesBy             map[string]int
 	Lost                     int
 	OrderViolations          int
+	VersionViolations        int // versioned aggregates: first delivered before an event with a lower version
+	VersionedEvents          int
 	FencingViolations        int
 	RolledBackDelivered      int
 	Claims, Recoveries       int
@@ -321,7 +325,7 @@ func Check(h History) *Result {
 
 	// 5. Ordered aggregates: the first arrival of every event comes after
 	// the first accepted arrival of every earlier event of the aggregate,
-	// in (xid, id) order.
+	// in seq (commit) order.
 	aggs := map[string][]*Row{}
 	for i := range h.Rows {
 		if row := &h.Rows[i]; row.Ordered {
@@ -330,13 +334,8 @@ func Check(h History) *Result {
 		}
 	}
 	r.Aggregate = len(aggs)
-	for agg, list := range aggs {
-		slices.SortFunc(list, func(a, b *Row) int {
-			if c := cmp.Compare(a.Xid, b.Xid); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.ID, b.ID)
-		})
+	// checkOrder walks one aggregate's rows in their required order.
+	checkOrder := func(agg string, list []*Row, kind string, count *int) {
 		var prevAccept time.Time // latest first-accept of the earlier events
 		var blocker int64        // an earlier event never accepted
 		for _, row := range list {
@@ -344,12 +343,12 @@ func Check(h History) *Result {
 			if s != nil && s.arrivals > 0 {
 				switch {
 				case blocker != 0:
-					r.OrderViolations++
-					r.fail("order", "aggregate %s: id %d arrived although earlier id %d was never accepted", agg, row.ID, blocker)
+					*count++
+					r.fail(kind, "aggregate %s: id %d arrived although earlier id %d was never accepted", agg, row.ID, blocker)
 				case !prevAccept.IsZero() && !s.firstArrival.After(prevAccept):
-					r.OrderViolations++
-					r.fail("order", "aggregate %s: id %d first arrived %s before an earlier event was first accepted",
-						agg, row.ID, prevAccept.Sub(s.firstArrival))
+					*count++
+					r.fail(kind, "aggregate %s: id %d (version %d/%d) first arrived %s before an earlier event was first accepted",
+						agg, row.ID, row.Version, row.Part, prevAccept.Sub(s.firstArrival))
 				}
 			}
 			if s == nil || s.accepted == 0 {
@@ -362,6 +361,37 @@ func Check(h History) *Result {
 				prevAccept = s.firstAccept
 			}
 		}
+	}
+	for agg, list := range aggs {
+		slices.SortFunc(list, func(a, b *Row) int {
+			if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.ID, b.ID)
+		})
+		checkOrder(agg, list, "order", &r.OrderViolations)
+	}
+	// 5b. Versioned aggregates: the same in (version, part) order, the order
+	// the producers' own UPDATE ... RETURNING v established. This is the
+	// independent check of commit order: it does not trust seq.
+	for agg, list := range aggs {
+		var versioned []*Row
+		for _, row := range list {
+			if row.Version > 0 {
+				versioned = append(versioned, row)
+			}
+		}
+		if len(versioned) == 0 {
+			continue
+		}
+		r.VersionedEvents += len(versioned)
+		slices.SortFunc(versioned, func(a, b *Row) int {
+			if c := cmp.Compare(a.Version, b.Version); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Part, b.Part)
+		})
+		checkOrder(agg, versioned, "order-by-version", &r.VersionViolations)
 	}
 
 	// 6. Fencing, from the audit of every UPDATE.

@@ -22,9 +22,9 @@ func clean() History {
 		RolledBackTx: []string{"tx2"},
 		UncertainTx:  map[string]int{},
 		Rows: []Row{
-			{ID: 1, Tx: "tx1", AggregateID: "A", Ordered: true, Xid: 10, Status: "done", Attempts: 1, LeaseVersion: 1, Fate: FateOK},
-			{ID: 2, Tx: "tx1", AggregateID: "A", Ordered: true, Xid: 10, Status: "done", Attempts: 1, LeaseVersion: 1, Fate: FateOK},
-			{ID: 3, Tx: "tx1", AggregateID: "A", Ordered: true, Xid: 10, Status: "done", Attempts: 2, LeaseVersion: 2, Fate: Fate503},
+			{ID: 1, Tx: "tx1", AggregateID: "A", Ordered: true, Seq: 10, Status: "done", Attempts: 1, LeaseVersion: 1, Fate: FateOK, Version: 1, Part: 1},
+			{ID: 2, Tx: "tx1", AggregateID: "A", Ordered: true, Seq: 11, Status: "done", Attempts: 1, LeaseVersion: 1, Fate: FateOK, Version: 1, Part: 2},
+			{ID: 3, Tx: "tx1", AggregateID: "A", Ordered: true, Seq: 12, Status: "done", Attempts: 2, LeaseVersion: 2, Fate: Fate503, Version: 2, Part: 1},
 			{ID: 4, Tx: "tx1", AggregateID: "u", Status: "done", Attempts: 2, LeaseVersion: 2, Fate: FateOK},
 			{ID: 6, Tx: "tx3", AggregateID: "v", Status: "dead", Attempts: 1, LeaseVersion: 1, Fate: FatePerm, LastError: "permanent: 422"},
 			{ID: 7, Tx: "tx3", AggregateID: "w", Status: "dead", Attempts: 3, LeaseVersion: 3, Fate: FatePoison, LastError: reapError + " (worker crash?)"},
@@ -127,7 +127,8 @@ func TestCheckDetectsEachViolation(t *testing.T) {
 			h.Rows[0].Status = "dead"
 			h.Rows[0].Attempts = 3
 		}},
-		{"order follows xid, not id", "order", func(h *History) { h.Rows[1].Xid = 9 }},
+		{"order follows seq, not id", "order", func(h *History) { h.Rows[1].Seq = 9 }},
+		{"versioned event first delivered before a lower version", "order-by-version", func(h *History) { h.Rows[0].Version = 3 }},
 		{"lease_version decreased", "lease-version-decreased", func(h *History) { h.Audit[1].NewLV = 0 }},
 		{"claim skipped a version", "claim-not-plus-one", func(h *History) {
 			h.Audit[0].NewLV = 2

@@ -111,7 +111,13 @@ func orderedFate(rng *rand.Rand) string {
 	return FateOK
 }
 
+// versionedAggregates is how many rows chaos_versions holds (ver-00..ver-19).
+const versionedAggregates = 20
+
 func (p *producers) oneTx(ctx context.Context, rng *rand.Rand, tag string) (err error) {
+	if rng.IntN(100) < 15 {
+		return p.versionedTx(ctx, rng, tag)
+	}
 	rollback := rng.IntN(100) < 5
 	ordered := rng.IntN(100) < 40
 	var evs []dispatcher.Event
@@ -208,6 +214,77 @@ func (p *producers) oneTx(ctx context.Context, rng *rand.Rand, tag string) (err 
 	p.txs[tag] = len(evs)
 	p.mu.Unlock()
 	p.committed.Add(int64(len(evs)))
+	return nil
+}
+
+// versionedTx is issue 11's case 3: UPDATE chaos_versions SET v = v + 1
+// ... RETURNING v, then two ordered events carrying v (headers
+// x-chaos-version, x-chaos-part); half write chaos_orders first (holding an
+// older xid), 5% roll back. The checker requires every aggregate's events to
+// be first delivered in (version, part) order.
+func (p *producers) versionedTx(ctx context.Context, rng *rand.Rand, tag string) (err error) {
+	rollback := rng.IntN(100) < 5
+	sideFirst := rng.IntN(2) == 0
+	agg := fmt.Sprintf("ver-%02d", rng.IntN(versionedAggregates))
+	const n = 2
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	committing := false
+	defer func() {
+		if err != nil && !committing {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			p.mu.Lock()
+			p.rolledBack = append(p.rolledBack, tag)
+			p.rbEvents += n
+			p.mu.Unlock()
+		}
+	}()
+	if sideFirst {
+		if _, err = tx.Exec(ctx, "INSERT INTO chaos_orders (tx, amount) VALUES ($1, $2)", tag, rng.IntN(10000)); err != nil {
+			return err
+		}
+	}
+	var v int64
+	if err = tx.QueryRow(ctx, "UPDATE chaos_versions SET v = v + 1 WHERE id = $1 RETURNING v", agg).Scan(&v); err != nil {
+		return err
+	}
+	for part := 1; part <= n; part++ {
+		fate, typ := orderedFate(rng), "Versioned"
+		if rollback {
+			typ = "WillRollBack"
+		}
+		if _, err = dispatcher.Enqueue(ctx, tx, dispatcher.Event{
+			AggregateType: "versioned", AggregateID: agg, EventType: typ, Ordered: true,
+			Payload: []byte(fmt.Sprintf(`{"tx":%q,"v":%d,"part":%d,"fate":%q}`, tag, v, part, fate)),
+			Headers: map[string]string{"x-chaos-tx": tag, "x-chaos-fate": fate,
+				"x-chaos-version": fmt.Sprint(v), "x-chaos-part": fmt.Sprint(part)},
+		}); err != nil {
+			return err
+		}
+	}
+	if rollback {
+		if err = tx.Rollback(ctx); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.rolledBack = append(p.rolledBack, tag)
+		p.rbEvents += n
+		p.mu.Unlock()
+		return nil
+	}
+	committing = true
+	if err = tx.Commit(ctx); err != nil {
+		p.mu.Lock()
+		p.uncertain[tag] = n
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Lock()
+	p.txs[tag] = n
+	p.mu.Unlock()
+	p.committed.Add(n)
 	return nil
 }
 

@@ -59,7 +59,9 @@ func randHex(n int) string {
 
 // auditSQL records every UPDATE of outbox (chaos database only, not a
 // product migration). SECURITY DEFINER so the relay role needs no grant on
-// the audit table. application_name is the writing relay's owner name.
+// the audit table. application_name is the writing relay's owner name. The
+// commit-order trigger's UPDATE (a producer's COMMIT setting seq) is not
+// delivery state and is left out.
 const auditSQL = `
 CREATE TABLE outbox_audit (
     seq            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -84,7 +86,10 @@ BEGIN
     SELECT o.id, o.status, n.status, o.lease_version, n.lease_version, o.attempts, n.attempts,
            o.lease_owner, n.lease_owner, current_setting('application_name'), left(n.last_error, 100),
            clock_timestamp()
-      FROM old_rows AS o JOIN new_rows AS n USING (id);
+      FROM old_rows AS o JOIN new_rows AS n USING (id)
+     -- not the producer's own commit-order UPDATE (00004), which only sets seq
+     WHERE NOT (o.seq IS NULL AND n.seq IS NOT NULL AND o.status = n.status
+                AND o.lease_version = n.lease_version AND o.attempts = n.attempts);
     RETURN NULL;
 END;
 $$;
@@ -96,6 +101,13 @@ CREATE TABLE chaos_orders (
     tx     text NOT NULL,
     amount integer NOT NULL
 );
+-- Versioned aggregates (issue 11 case 3): each producer transaction bumps v
+-- and writes ordered events carrying it.
+CREATE TABLE chaos_versions (
+    id text PRIMARY KEY,
+    v  bigint NOT NULL
+);
+INSERT INTO chaos_versions SELECT 'ver-' || lpad(g::text, 2, '0'), 0 FROM generate_series(0, 19) AS g;
 `
 
 // setupDatabase creates the chaos database, migrates it with the pgoutbox
@@ -149,6 +161,9 @@ func setupDatabase(ctx context.Context, c *pgcluster.Cluster, root, bin string) 
 	// The business table is the application's, not pgoutbox's: its grant is
 	// the application's business.
 	if _, err := e.admin.Exec(ctx, "GRANT INSERT ON chaos_orders TO "+producerUser); err != nil {
+		return nil, err
+	}
+	if _, err := e.admin.Exec(ctx, "GRANT SELECT, UPDATE ON chaos_versions TO "+producerUser); err != nil {
 		return nil, err
 	}
 	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
@@ -242,27 +257,54 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 	_, err = dispatcher.ReadQueueStats(ctx, db.New(relay))
 	add("relay: queue gauges (count by status, oldest age, expired leases, blocked aggregates)", err == nil, errText(err))
 
-	// OutboxXactHorizon under the relay role while the producer holds a
-	// writing transaction open.
-	ptx, err := prod.Begin(ctx)
+	// OutboxOrderedCommitWaits under the relay role while a producer's COMMIT
+	// waits for another producer's commit of the same aggregate (the first
+	// holds the aggregate's lock from its insert: SET CONSTRAINTS ALL
+	// IMMEDIATE). pg_locks shows other roles' waits to every role.
+	prod2, err := pgx.Connect(ctx, e.producerURL())
+	if err != nil {
+		return nil, fmt.Errorf("connect as %s: %w", producerUser, err)
+	}
+	defer prod2.Close(ctx)
+	holder, err := prod.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ptx.Exec(ctx, "INSERT INTO chaos_orders (tx, amount) VALUES ('horizon-check', 1)"); err != nil {
+	defer holder.Rollback(ctx) //nolint:errcheck
+	waitEvent := dispatcher.Event{AggregateType: "check", AggregateID: "role-check-wait", EventType: "RoleCheck",
+		Payload: []byte(`{}`), Headers: map[string]string{"x-chaos-tx": "role-check-wait", "x-chaos-fate": FateOK}, Ordered: true}
+	if _, err := holder.Exec(ctx, "SET CONSTRAINTS ALL IMMEDIATE"); err != nil {
 		return nil, err
 	}
-	time.Sleep(1100 * time.Millisecond)
-	hr, errR := db.New(relay).OutboxXactHorizon(ctx)
-	ha, errA := db.New(e.admin).OutboxXactHorizon(ctx)
-	_ = ptx.Rollback(ctx)
-	switch {
-	case errR != nil || errA != nil:
-		add("relay: OutboxXactHorizon", false, fmt.Sprintf("relay: %v, superuser: %v", errR, errA))
-	default:
-		add("relay: OutboxXactHorizon (pgoutbox stats) sees another role's open writing transaction",
-			hr.OldestXactAgeSeconds > 1, fmt.Sprintf("oldest writing transaction: %.1fs as the relay role, %.1fs as superuser (pg_stat_activity hides other roles' xact_start; grant pg_read_all_stats)",
-				hr.OldestXactAgeSeconds, ha.OldestXactAgeSeconds))
+	if _, err := dispatcher.Enqueue(ctx, holder, waitEvent); err != nil {
+		add("producer: ordered Enqueue (commit-order trigger runs as the table owner)", false, errText(err))
+		return out, nil
 	}
+	add("producer: ordered Enqueue (commit-order trigger runs as the table owner)", true, "")
+	waiter, err := prod2.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dispatcher.Enqueue(ctx, waiter, waitEvent); err != nil {
+		return nil, err
+	}
+	committed := make(chan error, 1)
+	go func() { committed <- waiter.Commit(ctx) }()
+	var seen int64
+	var errW error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var w db.OutboxOrderedCommitWaitsRow
+		w, errW = db.New(relay).OutboxOrderedCommitWaits(ctx)
+		if errW != nil || w.WaitingCommits > 0 {
+			seen = w.WaitingCommits
+			break
+		}
+	}
+	_ = holder.Rollback(ctx) // the waiter's COMMIT then goes through
+	errC := <-committed
+	add("relay: OutboxOrderedCommitWaits (pgoutbox stats) sees another role's COMMIT waiting for its aggregate",
+		errW == nil && seen == 1, fmt.Sprintf("waiting commits seen: %d, err: %v", seen, errW))
+	add("producer: the waiting COMMIT goes through once the other transaction ends", errC == nil, errText(errC))
 	return out, nil
 }
 

@@ -170,16 +170,17 @@ WITH ready AS (
     SELECT o.id
       FROM outbox AS o
      WHERE o.ordered
+       AND o.seq IS NOT NULL
        AND o.status = 'pending'
        AND o.available_at <= now()
-       AND o.xid < pg_snapshot_xmin(pg_current_snapshot())
        AND NOT EXISTS (
             SELECT 1
               FROM outbox AS p
              WHERE p.ordered
+               AND p.seq IS NOT NULL
                AND p.aggregate_id = o.aggregate_id
                AND p.status IN ('pending', 'processing', 'dead')
-               AND (p.xid, p.id) < (o.xid, o.id))
+               AND p.seq < o.seq)
      ORDER BY o.id
      LIMIT $3::integer
        FOR UPDATE SKIP LOCKED
@@ -208,13 +209,16 @@ type OutboxIsolateClaimOrderedRow struct {
 }
 
 // OutboxIsolateClaimOrdered claims up to @batch ordered heads without their
-// payload: pending rows with no earlier (xid, id) pending, processing or dead
-// row of the same aggregate, below the snapshot's xmin horizon (the head rule
-// of OutboxClaimOrdered, written as a plain NOT EXISTS: this is the fallback
-// path, taken only after a claim failed, so simplicity beats the loose index
-// scan). The head is re-checked on the locked row version.
+// payload: sequenced pending rows with no earlier (seq order: the commit
+// order of the producing transactions) pending, processing or dead row of
+// the same aggregate — the head rule of OutboxClaimOrdered, written as a
+// plain NOT EXISTS: this is the fallback path, taken only after a claim
+// failed, so simplicity beats the loose index scan. As there, no horizon: a
+// row is sequenced only at its transaction's COMMIT, and a lower seq is
+// visible whenever a higher one is. The head is re-checked on the locked row
+// version.
 // Lock strategy: FOR UPDATE SKIP LOCKED on the heads, UPDATE by primary key.
-// Index: outbox_ordered_head (aggregate_id, xid, id) for the NOT EXISTS probe.
+// Index: outbox_ordered_head (aggregate_id, seq) for the NOT EXISTS probe.
 // Order: by id. 0 rows: no claimable head right now.
 func (q *Queries) OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsolateClaimOrderedParams) ([]OutboxIsolateClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, outboxIsolateClaimOrdered, arg.Owner, arg.Lease, arg.Batch)

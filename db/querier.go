@@ -14,7 +14,8 @@ type Querier interface {
 	OutboxAttemptsHistogram(ctx context.Context) ([]OutboxAttemptsHistogramRow, error)
 	// OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 	// been delivered for longer than @stalled_after (database clock), with the
-	// size of the backlog waiting behind the head. Oldest first.
+	// size of the backlog waiting behind the head. The head is the lowest seq
+	// (commit order), as in OutboxClaimOrdered. Oldest first.
 	// Index: outbox_ordered_head (undelivered ordered rows only).
 	OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]OutboxBlockedAggregatesRow, error)
 	// The start check of the dispatcher and of every pgoutbox command: is the
@@ -84,27 +85,33 @@ type Querier interface {
 	// 0 rows: no expired lease to recover.
 	OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpiredParams) ([]OutboxClaimExpiredRow, error)
 	// OutboxClaimOrdered claims up to @batch ordered messages, at most one per
-	// aggregate: the head, i.e. a row with no earlier pending/processing/dead row
-	// of the same aggregate_id. "Earlier" is (xid, id) order, where xid is the
-	// inserting transaction.
+	// aggregate: the head, i.e. the undelivered (pending, processing or dead)
+	// row with the lowest seq of its aggregate_id.
 	//
-	// Why not the seed's NOT EXISTS (prev.id < o.id): an uncommitted row with a
-	// lower id is invisible, so a later row of the same aggregate looks like the
-	// head. Here a head is claimable only when its xid is below the snapshot's
-	// xmin horizon: every transaction with a smaller xid has ended, so every row
-	// that can ever sort before it in (xid, id) order is visible now (or will
-	// never exist). Ordering by id alone would not do: a transaction that took its
-	// xid earlier can still insert a later id. Trade-off: a long-running writing
-	// transaction anywhere in the database holds the horizon back and delays
-	// ordered heads (OutboxXactHorizon shows it).
+	// Why seq is commit order: seq is assigned at COMMIT by the deferred trigger
+	// outbox_commit_order (migration 00004), under a transaction-level advisory
+	// lock on the aggregate that PostgreSQL releases only after the commit is
+	// visible. The next transaction of the aggregate draws its seq only after
+	// that, so per aggregate seq follows the commit order of the producing
+	// transactions (and insertion order within one), and a row with a lower seq
+	// is visible to every snapshot that sees a row with a higher one.
+	// Why no horizon: the head index holds sequenced rows only, and a row is
+	// sequenced in the COMMIT that makes it visible, so every row that can ever
+	// sort before a visible head is already visible. Nothing another transaction
+	// does (open writers in other databases or tables, idle-in-transaction
+	// sessions, long snapshots) delays a head; an open transaction that wrote
+	// ordered events holds no position until it commits. Ordering by id or xid
+	// would not do: both are assigned before COMMIT and become visible in
+	// another order.
 	//
-	// Access path: a loose index scan over outbox_ordered_head (aggregate_id, xid,
-	// id), partial on undelivered ordered rows. Each step is one index descent to
-	// the next aggregate's first entry, which is its head; an aggregate blocked by
-	// a dead or in-flight head costs one descent, never a scan of its backlog.
-	// Aggregates are visited round-robin in aggregate_id order starting after
-	// @after_aggregate_id ('' = from the start); the dispatcher passes the last
-	// aggregate it claimed so every aggregate gets its turn.
+	// Access path: a loose index scan over outbox_ordered_head (aggregate_id,
+	// seq), partial on sequenced undelivered ordered rows. Each step is one index
+	// descent to the next aggregate's first entry, which is its head; an
+	// aggregate blocked by a dead or in-flight head costs one descent, never a
+	// scan of its backlog. Aggregates are visited round-robin in aggregate_id
+	// order starting after @after_aggregate_id ('' = from the start); the
+	// dispatcher passes the last aggregate it claimed so every aggregate gets its
+	// turn.
 	// Expired leases: an expired processing ordered row is always its aggregate's
 	// head; when one exists it is claimed alone (isolation, as in OutboxClaim).
 	// Lock strategy: FOR UPDATE SKIP LOCKED on the chosen heads, whose status and
@@ -112,8 +119,7 @@ type Querier interface {
 	// then updated through id = ANY(ARRAY(...)), as in OutboxClaim. Rows come
 	// back in id order.
 	// 0 rows: no aggregate has a claimable head right now; it may be blocked by a
-	// dead head, a head in flight or in backoff, or an open transaction below the
-	// horizon.
+	// dead head, or a head in flight or in backoff.
 	OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]OutboxClaimOrderedRow, error)
 	// Monitoring: the seed's section 6, read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
@@ -166,13 +172,16 @@ type Querier interface {
 	// 0 rows: nothing claimable right now.
 	OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaimParams) ([]OutboxIsolateClaimRow, error)
 	// OutboxIsolateClaimOrdered claims up to @batch ordered heads without their
-	// payload: pending rows with no earlier (xid, id) pending, processing or dead
-	// row of the same aggregate, below the snapshot's xmin horizon (the head rule
-	// of OutboxClaimOrdered, written as a plain NOT EXISTS: this is the fallback
-	// path, taken only after a claim failed, so simplicity beats the loose index
-	// scan). The head is re-checked on the locked row version.
+	// payload: sequenced pending rows with no earlier (seq order: the commit
+	// order of the producing transactions) pending, processing or dead row of
+	// the same aggregate — the head rule of OutboxClaimOrdered, written as a
+	// plain NOT EXISTS: this is the fallback path, taken only after a claim
+	// failed, so simplicity beats the loose index scan. As there, no horizon: a
+	// row is sequenced only at its transaction's COMMIT, and a lower seq is
+	// visible whenever a higher one is. The head is re-checked on the locked row
+	// version.
 	// Lock strategy: FOR UPDATE SKIP LOCKED on the heads, UPDATE by primary key.
-	// Index: outbox_ordered_head (aggregate_id, xid, id) for the NOT EXISTS probe.
+	// Index: outbox_ordered_head (aggregate_id, seq) for the NOT EXISTS probe.
 	// Order: by id. 0 rows: no claimable head right now.
 	OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsolateClaimOrderedParams) ([]OutboxIsolateClaimOrderedRow, error)
 	// OutboxIsolateRead reads one claimed message in full, fenced: only while the
@@ -222,8 +231,26 @@ type Querier interface {
 	// most important alert: it grows without bound when dispatch stops.
 	// Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
 	// three branches, so retained done rows are not scanned. Note that the
-	// seed's form (status IN ('pending', 'processing')) gives the same answer.
+	// seed's form (status IN ('pending', 'processing')) gives the same answer:
+	// the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
+	// and an unsequenced ordered row is an uncommitted one (invisible here).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
+	// OutboxOrderedCommitWaits: producers whose COMMIT is waiting for another
+	// transaction of the same aggregate to finish committing (the per-aggregate
+	// lock of the trigger outbox_commit_order, migration 00004), and how long the
+	// longest has waited. Ordered delivery has no horizon: open transactions
+	// elsewhere on the server delay no head, and an ordered row is invisible
+	// (and unsequenced) until its own COMMIT. What ordered writes do cost is this
+	// wait: commits of one aggregate go one at a time, so a steady non-zero count
+	// means a hot aggregate; a wait as long as a transaction means a producer
+	// holds the lock from its insert (SET CONSTRAINTS ALL IMMEDIATE, where
+	// opposite write orders can also deadlock: PostgreSQL aborts one with
+	// SQLSTATE 40P01 after deadlock_timeout).
+	// Reads pg_locks (visible to every role, unlike other roles' rows of
+	// pg_stat_activity): advisory locks in the single-bigint key space whose
+	// upper 32 bits (classid) are this table's oid, not granted, in this database.
+	// No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
+	OutboxOrderedCommitWaits(ctx context.Context) (OutboxOrderedCommitWaitsRow, error)
 	// OutboxPurgeDone deletes at most @limit done rows older than @older_than
 	// (done_at, database clock). Bounded so each call is a short transaction;
 	// call it until it returns 0.
@@ -269,10 +296,6 @@ type Querier interface {
 	// with the operator's reason.
 	// 0 rows: no such id, or it is not dead (nothing changed).
 	OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error)
-	// OutboxXactHorizon: how far back the oldest open writing transaction holds
-	// the xid horizon (the ordered claim waits for it), and how many ordered
-	// pending rows sit at or above the horizon right now.
-	OutboxXactHorizon(ctx context.Context) (OutboxXactHorizonRow, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -10,9 +10,7 @@ import (
 // Finalizing an ordered message makes the next message of its aggregate the
 // head without any INSERT (so without NOTIFY). With a 5 s poll interval the
 // 30 messages would need 150 s if each waited for the poll; they drain in
-// time only if the finalize itself wakes the claimer. (Not an hour: the xid
-// horizon is cluster-wide, so another test's open transaction can hold a head
-// back for a moment, and then only the poll retries.)
+// time only if the finalize itself wakes the claimer.
 func TestOrdered_HotAggregateDrainsWithoutWaitingForThePoll(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

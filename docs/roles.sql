@@ -24,13 +24,11 @@
 --
 -- Schema changes (`pgoutbox migrate up/down`) stay with the table owner.
 --
--- Note on `pgoutbox stats`: the "oldest writing transaction" figure
--- (OutboxXactHorizon) reads pg_stat_activity, which hides other roles'
--- sessions (xact_start, backend_xid are NULL) from an unprivileged role, so
--- the figure reads 0 for transactions of other users. Grant the predefined
--- role pg_read_all_stats to the admin role to see them (needs a superuser):
---
---   GRANT pg_read_all_stats TO pgoutbox_admin;
+-- Ordered events: the commit-order trigger (migration 00004) runs as the
+-- table owner (SECURITY DEFINER), so producers need no UPDATE or sequence
+-- grant to get their rows sequenced, and cannot set seq themselves.
+-- `pgoutbox stats` reads producers' commit waits from pg_locks, which every
+-- role can read.
 --
 -- The grants name the table outbox in the current search_path; if you
 -- installed pgoutbox in another schema, qualify the names (myschema.outbox)

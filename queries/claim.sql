@@ -82,27 +82,33 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
  ORDER BY c.id;
 
 -- OutboxClaimOrdered claims up to @batch ordered messages, at most one per
--- aggregate: the head, i.e. a row with no earlier pending/processing/dead row
--- of the same aggregate_id. "Earlier" is (xid, id) order, where xid is the
--- inserting transaction.
+-- aggregate: the head, i.e. the undelivered (pending, processing or dead)
+-- row with the lowest seq of its aggregate_id.
 --
--- Why not the seed's NOT EXISTS (prev.id < o.id): an uncommitted row with a
--- lower id is invisible, so a later row of the same aggregate looks like the
--- head. Here a head is claimable only when its xid is below the snapshot's
--- xmin horizon: every transaction with a smaller xid has ended, so every row
--- that can ever sort before it in (xid, id) order is visible now (or will
--- never exist). Ordering by id alone would not do: a transaction that took its
--- xid earlier can still insert a later id. Trade-off: a long-running writing
--- transaction anywhere in the database holds the horizon back and delays
--- ordered heads (OutboxXactHorizon shows it).
+-- Why seq is commit order: seq is assigned at COMMIT by the deferred trigger
+-- outbox_commit_order (migration 00004), under a transaction-level advisory
+-- lock on the aggregate that PostgreSQL releases only after the commit is
+-- visible. The next transaction of the aggregate draws its seq only after
+-- that, so per aggregate seq follows the commit order of the producing
+-- transactions (and insertion order within one), and a row with a lower seq
+-- is visible to every snapshot that sees a row with a higher one.
+-- Why no horizon: the head index holds sequenced rows only, and a row is
+-- sequenced in the COMMIT that makes it visible, so every row that can ever
+-- sort before a visible head is already visible. Nothing another transaction
+-- does (open writers in other databases or tables, idle-in-transaction
+-- sessions, long snapshots) delays a head; an open transaction that wrote
+-- ordered events holds no position until it commits. Ordering by id or xid
+-- would not do: both are assigned before COMMIT and become visible in
+-- another order.
 --
--- Access path: a loose index scan over outbox_ordered_head (aggregate_id, xid,
--- id), partial on undelivered ordered rows. Each step is one index descent to
--- the next aggregate's first entry, which is its head; an aggregate blocked by
--- a dead or in-flight head costs one descent, never a scan of its backlog.
--- Aggregates are visited round-robin in aggregate_id order starting after
--- @after_aggregate_id ('' = from the start); the dispatcher passes the last
--- aggregate it claimed so every aggregate gets its turn.
+-- Access path: a loose index scan over outbox_ordered_head (aggregate_id,
+-- seq), partial on sequenced undelivered ordered rows. Each step is one index
+-- descent to the next aggregate's first entry, which is its head; an
+-- aggregate blocked by a dead or in-flight head costs one descent, never a
+-- scan of its backlog. Aggregates are visited round-robin in aggregate_id
+-- order starting after @after_aggregate_id ('' = from the start); the
+-- dispatcher passes the last aggregate it claimed so every aggregate gets its
+-- turn.
 -- Expired leases: an expired processing ordered row is always its aggregate's
 -- head; when one exists it is claimed alone (isolation, as in OutboxClaim).
 -- Lock strategy: FOR UPDATE SKIP LOCKED on the chosen heads, whose status and
@@ -110,8 +116,7 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- then updated through id = ANY(ARRAY(...)), as in OutboxClaim. Rows come
 -- back in id order.
 -- 0 rows: no aggregate has a claimable head right now; it may be blocked by a
--- dead head, a head in flight or in backoff, or an open transaction below the
--- horizon.
+-- dead head, or a head in flight or in backoff.
 -- name: OutboxClaimOrdered :many
 WITH RECURSIVE expired AS (
     SELECT id
@@ -126,23 +131,25 @@ WITH RECURSIVE expired AS (
        FOR UPDATE SKIP LOCKED
 ),
 heads AS (
-    (SELECT h.aggregate_id, h.id, h.xid, h.status, h.available_at
+    (SELECT h.aggregate_id, h.id, h.status, h.available_at
        FROM outbox AS h
       WHERE h.ordered
+        AND h.seq IS NOT NULL
         AND h.status IN ('pending', 'processing', 'dead')
         AND h.aggregate_id > @after_aggregate_id::text
-      ORDER BY h.aggregate_id, h.xid, h.id
+      ORDER BY h.aggregate_id, h.seq
       LIMIT 1)
     UNION ALL
-    SELECT nxt.aggregate_id, nxt.id, nxt.xid, nxt.status, nxt.available_at
+    SELECT nxt.aggregate_id, nxt.id, nxt.status, nxt.available_at
       FROM heads AS prev
      CROSS JOIN LATERAL (
-        SELECT h.aggregate_id, h.id, h.xid, h.status, h.available_at
+        SELECT h.aggregate_id, h.id, h.status, h.available_at
           FROM outbox AS h
          WHERE h.ordered
+           AND h.seq IS NOT NULL
            AND h.status IN ('pending', 'processing', 'dead')
            AND h.aggregate_id > prev.aggregate_id
-         ORDER BY h.aggregate_id, h.xid, h.id
+         ORDER BY h.aggregate_id, h.seq
          LIMIT 1
      ) AS nxt
 ),
@@ -154,7 +161,6 @@ ready AS (
               FROM heads
              WHERE heads.status = 'pending'
                AND heads.available_at <= now()
-               AND heads.xid < pg_snapshot_xmin(pg_current_snapshot())
              LIMIT @batch::integer)
        AND o.status = 'pending'
        AND o.available_at <= now()

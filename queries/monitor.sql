@@ -13,13 +13,15 @@ SELECT status, count(*) AS count
 -- most important alert: it grows without bound when dispatch stops.
 -- Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
 -- three branches, so retained done rows are not scanned. Note that the
--- seed's form (status IN ('pending', 'processing')) gives the same answer.
+-- seed's form (status IN ('pending', 'processing')) gives the same answer:
+-- the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
+-- and an unsequenced ordered row is an uncommitted one (invisible here).
 -- name: OutboxOldestPendingAge :one
 SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
   FROM (
         SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered
         UNION ALL
-        SELECT created_at FROM outbox WHERE status = 'pending' AND ordered
+        SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL
         UNION ALL
         SELECT created_at FROM outbox WHERE status = 'processing'
        ) AS undelivered;
@@ -44,21 +46,22 @@ SELECT attempts, count(*) AS count
 
 -- OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 -- been delivered for longer than @stalled_after (database clock), with the
--- size of the backlog waiting behind the head. Oldest first.
+-- size of the backlog waiting behind the head. The head is the lowest seq
+-- (commit order), as in OutboxClaimOrdered. Oldest first.
 -- Index: outbox_ordered_head (undelivered ordered rows only).
 -- name: OutboxBlockedAggregates :many
 WITH undelivered AS (
     SELECT aggregate_id, count(*) AS backlog, min(created_at) AS oldest_created_at
       FROM outbox
-     WHERE ordered AND status IN ('pending', 'processing', 'dead')
+     WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
      GROUP BY aggregate_id
 ),
 head AS (
     SELECT DISTINCT ON (aggregate_id)
            aggregate_id, id, status, event_type, attempts, last_error
       FROM outbox
-     WHERE ordered AND status IN ('pending', 'processing', 'dead')
-     ORDER BY aggregate_id, xid, id
+     WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
+     ORDER BY aggregate_id, seq
 )
 SELECT head.aggregate_id,
        head.id          AS head_id,
@@ -75,14 +78,27 @@ SELECT head.aggregate_id,
  ORDER BY u.oldest_created_at
  LIMIT @max_rows::integer;
 
--- OutboxXactHorizon: how far back the oldest open writing transaction holds
--- the xid horizon (the ordered claim waits for it), and how many ordered
--- pending rows sit at or above the horizon right now.
--- name: OutboxXactHorizon :one
-SELECT coalesce((SELECT extract(epoch FROM now() - min(xact_start))
-                   FROM pg_catalog.pg_stat_activity
-                  WHERE backend_xid IS NOT NULL), 0)::float8 AS oldest_xact_age_seconds,
-       (SELECT count(*)
-          FROM outbox
-         WHERE ordered AND status = 'pending'
-           AND xid >= pg_snapshot_xmin(pg_current_snapshot())) AS ordered_waiting_on_horizon;
+-- OutboxOrderedCommitWaits: producers whose COMMIT is waiting for another
+-- transaction of the same aggregate to finish committing (the per-aggregate
+-- lock of the trigger outbox_commit_order, migration 00004), and how long the
+-- longest has waited. Ordered delivery has no horizon: open transactions
+-- elsewhere on the server delay no head, and an ordered row is invisible
+-- (and unsequenced) until its own COMMIT. What ordered writes do cost is this
+-- wait: commits of one aggregate go one at a time, so a steady non-zero count
+-- means a hot aggregate; a wait as long as a transaction means a producer
+-- holds the lock from its insert (SET CONSTRAINTS ALL IMMEDIATE, where
+-- opposite write orders can also deadlock: PostgreSQL aborts one with
+-- SQLSTATE 40P01 after deadlock_timeout).
+-- Reads pg_locks (visible to every role, unlike other roles' rows of
+-- pg_stat_activity): advisory locks in the single-bigint key space whose
+-- upper 32 bits (classid) are this table's oid, not granted, in this database.
+-- No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
+-- name: OutboxOrderedCommitWaits :one
+SELECT count(*) AS waiting_commits,
+       coalesce(extract(epoch FROM now() - min(l.waitstart)), 0)::float8 AS longest_wait_seconds
+  FROM pg_catalog.pg_locks AS l
+ WHERE l.locktype = 'advisory'
+   AND l.objsubid = 1
+   AND NOT l.granted
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+   AND l.classid = to_regclass('outbox')::oid;

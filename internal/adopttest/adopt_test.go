@@ -395,8 +395,6 @@ func TestAdopt_RouteByHand(t *testing.T) {
         out: db/outboxdb
         sql_package: pgx/v5
         overrides:
-          - db_type: xid8
-            go_type: github.com/jackc/pgx/v5/pgtype.Uint64
           - db_type: pg_catalog.interval
             go_type: time.Duration
           - db_type: pg_catalog.timestamptz

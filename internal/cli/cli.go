@@ -89,7 +89,7 @@ func commands() []command {
 		{"migrate down", "roll back the latest migration (or down to --to VERSION)", (*app).migrateDown},
 		{"migrate status", "show the schema version and each migration's state", (*app).migrateStatus},
 		{"run", "run the relay: claim, publish, finalize (the dispatcher daemon)", (*app).runRelay},
-		{"stats", "show queue depth, oldest age, blocked aggregates, xid horizon", (*app).stats},
+		{"stats", "show queue depth, oldest age, blocked aggregates, ordered commit waits", (*app).stats},
 		{"dead list", "list dead messages (keyset-paged)", (*app).deadList},
 		{"dead retry", "redrive dead messages (back to pending, attempts reset)", (*app).deadRetry},
 		{"dead skip", "resolve dead messages without delivering them (dead -> done)", (*app).deadSkip},

@@ -111,35 +111,45 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 
 	r := call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 0 (this build: 3, 3 pending: run `pgoutbox migrate up`)")
+	mustContain(t, r, "stdout", "version: 0 (this build: 4, 4 pending: run `pgoutbox migrate up`)")
 	mustContain(t, r, "stdout", "pending  -           00001_outbox.sql")
 	mustContain(t, r, "stdout", "pending  -           00002_outbox_notify.sql")
 	mustContain(t, r, "stdout", "pending  -           00003_outbox_notify_throttle.sql")
+	mustContain(t, r, "stdout", "pending  -           00004_outbox_commit_order.sql")
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "applied  00001_outbox.sql")
 	mustContain(t, r, "stdout", "applied  00002_outbox_notify.sql")
 	mustContain(t, r, "stdout", "applied  00003_outbox_notify_throttle.sql")
-	mustContain(t, r, "stdout", "schema at version 3")
-	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_notify:row:outbox_notify_throttled" {
-		t.Errorf("triggers at version 3: %q", got)
+	mustContain(t, r, "stdout", "applied  00004_outbox_commit_order.sql")
+	mustContain(t, r, "stdout", "schema at version 4")
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_commit_order:row:outbox_commit_order,outbox_notify:row:outbox_notify_throttled" {
+		t.Errorf("triggers at version 4: %q", got)
 	}
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "already up to date: version 3")
+	mustContain(t, r, "stdout", "already up to date: version 4")
 
 	r = call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 3 (this build: 3, up to date)")
-	if n := strings.Count(r.stdout, "applied  20"); n != 3 {
-		t.Errorf("want 3 applied rows with a date, got %d\n%s", n, r)
+	mustContain(t, r, "stdout", "version: 4 (this build: 4, up to date)")
+	if n := strings.Count(r.stdout, "applied  20"); n != 4 {
+		t.Errorf("want 4 applied rows with a date, got %d\n%s", n, r)
 	}
 
 	// The schema works now.
 	r = call(t, invocation{env: env}, "stats")
 	wantCode(t, r, ExitOK)
+
+	r = call(t, invocation{env: env}, "migrate", "down")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "rolled back  00004_outbox_commit_order.sql")
+	mustContain(t, r, "stdout", "schema at version 3")
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_notify:row:outbox_notify_throttled" {
+		t.Errorf("triggers after rolling back 00004: %q", got)
+	}
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)
@@ -152,7 +162,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 
 	r = call(t, invocation{env: env}, "stats")
 	wantCode(t, r, ExitFailure)
-	mustContain(t, r, "stderr", "schema not migrated (database at version 2, this build needs 3): run `pgoutbox migrate up`")
+	mustContain(t, r, "stderr", "schema not migrated (database at version 2, this build needs 4): run `pgoutbox migrate up`")
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)

@@ -93,7 +93,7 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "    schema: internal/outbox/migrations\n    queries: internal/outbox/queries\n")
 	mustContain(t, r, "stdout", "        sql_package: pgx/v5\n")
-	mustContain(t, r, "stdout", "          - db_type: xid8\n            go_type: github.com/jackc/pgx/v5/pgtype.Uint64\n")
+	mustContain(t, r, "stdout", "          - db_type: pg_catalog.interval\n            go_type: time.Duration\n")
 	mustContain(t, r, "stdout", "          - db_type: pg_catalog.interval\n            go_type: time.Duration\n")
 	mustContain(t, r, "stdout", "          - db_type: timestamptz\n            go_type: time.Time\n")
 	if err := os.WriteFile(filepath.Join(proj, "sqlc.yaml"), []byte(r.stdout), 0o644); err != nil {
@@ -207,6 +207,15 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	if c := d.count(t, "event_type <> 'SharedTransaction'"); c != 0 {
 		t.Errorf("pgoutbox's own outbox got %d rows", c)
 	}
+	// The commit-order trigger, its function and sequence were renamed.
+	var renamed bool
+	if err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'billing_outbox_commit_order' AND tgrelid = 'billing_outbox'::regclass)
+	    AND to_regproc('billing_outbox_commit_order') IS NOT NULL AND to_regclass('billing_outbox_seq') IS NOT NULL
+	    AND to_regclass('billing_outbox_ordered_head') IS NOT NULL
+	    AND NOT EXISTS (SELECT 1 FROM billing_outbox WHERE ordered AND seq IS NULL)
+	    AND EXISTS (SELECT 1 FROM billing_outbox WHERE ordered)`).Scan(&renamed); err != nil || !renamed {
+		t.Errorf("billing_outbox commit order objects missing or rows unsequenced (%v)", err)
+	}
 	// Down, newest first, leaves pgoutbox's table alone.
 	for i := len(migs) - 1; i >= 0; i-- {
 		_, down := gooseSections(t, migs[i])
@@ -215,7 +224,7 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 		}
 	}
 	var exists bool
-	if err := d.pool.QueryRow(ctx, "SELECT to_regclass('billing_outbox') IS NULL AND to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_pending') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_notify')").Scan(&exists); err != nil || !exists {
+	if err := d.pool.QueryRow(ctx, "SELECT to_regclass('billing_outbox') IS NULL AND to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_pending') IS NOT NULL AND to_regclass('outbox_seq') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_notify') AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_commit_order')").Scan(&exists); err != nil || !exists {
 		t.Errorf("after the copied Down sections pgoutbox's own schema is damaged (%v)", err)
 	}
 }
@@ -333,6 +342,34 @@ func run() error {
 			return fmt.Errorf("one transaction into outbox and billing_outbox notified only %v: %v", channels, err)
 		}
 		channels[n.Channel] = true
+	}
+	// Ordered events are sequenced at COMMIT by the renamed trigger (its own
+	// sequence and lock keys) and claimed in that order.
+	otx, err := both.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	var first int64
+	for i := 0; i < 2; i++ {
+		oid, err := billingoutbox.New(otx).BillingOutboxEnqueue(ctx, billingoutbox.BillingOutboxEnqueueParams{
+			AggregateType: "invoice", AggregateID: "i-3", EventType: "InvoiceOrdered",
+			Payload: []byte("{}"), Headers: []byte("{}"), Ordered: true,
+		})
+		if err != nil {
+			return fmt.Errorf("ordered enqueue: %w", err)
+		}
+		if i == 0 {
+			first = oid
+		}
+	}
+	if err := otx.Commit(ctx); err != nil {
+		return fmt.Errorf("ordered commit: %w", err)
+	}
+	heads, err := q.BillingOutboxClaimOrdered(ctx, billingoutbox.BillingOutboxClaimOrderedParams{
+		Owner: "check", Batch: 10, Lease: lease, MaxAttempts: 3, RecoverExpired: true,
+	})
+	if err != nil || len(heads) != 1 || heads[0].ID != first {
+		return fmt.Errorf("ordered claim returned %+v (%v), want the head %d", heads, err, first)
 	}
 	return nil
 }

@@ -447,10 +447,6 @@ sql:
         emit_interface: true
         emit_json_tags: true
         overrides:
-          # xid8 is pgtype.Uint64 from sqlc 1.31 on; the override gives
-          # sqlc 1.30 the same (it would generate interface{}).
-          - db_type: xid8
-            go_type: github.com/jackc/pgx/v5/pgtype.Uint64
           # sqlc matches override types by exact name: a cast @x::interval
           # resolves to pg_catalog.interval.
           - db_type: pg_catalog.interval

@@ -26,7 +26,7 @@ type statsReport struct {
 	StalledAfterSeconds float64            `json:"stalled_after_seconds"`
 	Blocked             []blockedAggregate `json:"blocked_aggregates"`
 	BlockedTruncated    bool               `json:"blocked_aggregates_truncated"`
-	XidHorizon          xidHorizon         `json:"xid_horizon"`
+	CommitWaits         commitWaits        `json:"ordered_commit_waits"`
 }
 
 type attemptsRow struct {
@@ -45,9 +45,11 @@ type blockedAggregate struct {
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 }
 
-type xidHorizon struct {
-	OldestXactAgeSeconds    float64 `json:"oldest_writing_transaction_age_seconds"`
-	OrderedWaitingOnHorizon int64   `json:"ordered_rows_waiting_on_it"`
+// commitWaits is OutboxOrderedCommitWaits: producers whose COMMIT waits for
+// another commit of the same aggregate (ordered delivery's only wait).
+type commitWaits struct {
+	Waiting            int64   `json:"waiting_commits"`
+	LongestWaitSeconds float64 `json:"longest_wait_seconds"`
 }
 
 func (a *app) stats(ctx context.Context, args []string) error {
@@ -55,8 +57,8 @@ func (a *app) stats(ctx context.Context, args []string) error {
 		"Shows the monitoring queries as tables: messages by status, the age of the oldest\n"+
 			"undelivered message, expired leases, the attempts distribution of undelivered\n"+
 			"messages, the dead count, ordered aggregates that are blocked (dead head, or\n"+
-			"undelivered for longer than --stalled-after), and the xid horizon (the oldest open\n"+
-			"writing transaction, which holds ordered delivery back).\n"+
+			"undelivered for longer than --stalled-after), and ordered commit waits (producers\n"+
+			"whose COMMIT waits for another commit of the same aggregate).\n"+
 			"Read-only; all figures come from one snapshot.",
 		"  pgoutbox stats\n"+
 			"  pgoutbox stats --json | jq .oldest_undelivered_age_seconds\n"+
@@ -175,11 +177,11 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 			HeadAttempts: b.HeadAttempts, HeadLastError: b.HeadLastError, Backlog: b.Backlog, OldestAgeSeconds: b.OldestAgeSeconds,
 		})
 	}
-	hz, err := q.OutboxXactHorizon(qctx)
+	cw, err := q.OutboxOrderedCommitWaits(qctx)
 	if err != nil {
 		return nil, err
 	}
-	rep.XidHorizon = xidHorizon{OldestXactAgeSeconds: hz.OldestXactAgeSeconds, OrderedWaitingOnHorizon: hz.OrderedWaitingOnHorizon}
+	rep.CommitWaits = commitWaits{Waiting: cw.WaitingCommits, LongestWaitSeconds: cw.LongestWaitSeconds}
 	return rep, nil
 }
 
@@ -234,9 +236,9 @@ func renderStats(w io.Writer, r *statsReport) {
 		}
 	}
 
-	fmt.Fprint(w, "\nxid horizon\n")
+	fmt.Fprint(w, "\nordered commit waits (producers waiting for a commit of the same aggregate)\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  oldest open writing transaction:\t%s\n", humanAge(r.XidHorizon.OldestXactAgeSeconds))
-	fmt.Fprintf(tw, "  ordered rows waiting on it:\t%d\n", r.XidHorizon.OrderedWaitingOnHorizon)
+	fmt.Fprintf(tw, "  waiting commits:\t%d\n", r.CommitWaits.Waiting)
+	fmt.Fprintf(tw, "  longest wait:\t%s\n", humanAge(r.CommitWaits.LongestWaitSeconds))
 	_ = tw.Flush()
 }

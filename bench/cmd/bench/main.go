@@ -8,7 +8,8 @@
 //	cd bench && go run ./cmd/bench -out .. -full    # make bench-full
 //
 // Items: (1) drain throughput vs River, (2) sustained mode latency, (3) claim
-// cost vs retained done rows, (4) ordered mode, (5) the SQL ceiling through
+// cost vs retained done rows, (4) ordered mode and (4b) the producer cost of
+// ordered events, (5) the SQL ceiling through
 // pgbench, (6) peak RSS while draining 1,000,000 messages (a child process).
 package main
 
@@ -66,7 +67,7 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,sweep,sustained,claim,ordered,ceiling,rss); default all")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,sweep,sustained,claim,ordered,producers,ceiling,rss); default all")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not write BENCHMARKS.md or charts")
@@ -186,6 +187,7 @@ func run(o options) error {
 		{"sustained", runSustained},
 		{"claim", runClaimCost},
 		{"ordered", runOrdered},
+		{"producers", runProducers},
 		{"rss", runRSS},
 	}
 	for _, it := range items {

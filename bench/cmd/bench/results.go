@@ -62,6 +62,10 @@ type results struct {
 	HotRate           float64
 	OrderedVerified   string
 	OrderedConfig     string
+	// Item 4b.
+	Producers       []producerCase
+	ProducerClients int
+	ProducerSeconds float64
 
 	// Item 5.
 	CeilingRows      int

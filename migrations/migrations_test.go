@@ -1,0 +1,176 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func migrator(t *testing.T, pool *pgxpool.Pool) *migrations.Migrator {
+	t.Helper()
+	m, err := migrations.FromPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+func ints(t *testing.T, pool *pgxpool.Pool, sql string) []int64 {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Every migration goes down and up again, twice, on an empty schema.
+func TestMigrations_UpDownUpRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t) // migrated to Latest
+	m := migrator(t, pool)
+	for round := 0; round < 2; round++ {
+		if _, err := m.DownTo(ctx, 0); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		var gone bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox') IS NULL AND to_regclass('outbox_seq') IS NULL
+		    AND to_regproc('outbox_commit_order') IS NULL`).Scan(&gone); err != nil || !gone {
+			t.Fatalf("round %d: objects left after DownTo(0) (%v)", round, err)
+		}
+		if _, err := m.Up(ctx); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if v, err := m.Version(ctx); err != nil || v != migrations.Latest() {
+			t.Fatalf("round %d: version %d (%v), want %d", round, v, err, migrations.Latest())
+		}
+		// The commit-order trigger runs as the owner with a pinned search_path.
+		var cfg string
+		if err := pool.QueryRow(ctx, `SELECT array_to_string(proconfig, ';') FROM pg_proc
+		    WHERE proname = 'outbox_commit_order' AND prosecdef`).Scan(&cfg); err != nil || cfg != "search_path=public, pg_catalog, pg_temp" {
+			t.Fatalf("round %d: outbox_commit_order config %q (%v)", round, cfg, err)
+		}
+	}
+}
+
+// 00004 on a database with traffic from 00003: undelivered ordered rows get
+// seq in their (xid, id) order, the order 00003 delivered them in, even where
+// that differs from id order; done ordered rows get one too, unordered rows
+// none. Its
+// Down restores the xid column and the old head index, and Up runs again.
+func TestMigrations_CommitOrderBackfillKeepsRelativeOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	m := migrator(t, pool)
+	if _, err := m.DownTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	ins := func(tx pgx.Tx, agg string, ordered bool) int64 {
+		t.Helper()
+		var id int64
+		if err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered)
+		    VALUES ('t', $1, 'E', '{}', $2) RETURNING id`, agg, ordered).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	begin := func() pgx.Tx {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		return tx
+	}
+	// T0 takes its xid first but inserts last: (xid, id) order puts its row
+	// first although its id is the highest.
+	t0 := begin()
+	if _, err := t0.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	t1 := begin()
+	a1 := ins(t1, "A", true)
+	done := ins(t1, "A", true)
+	unordered := ins(t1, "A", false)
+	b1 := ins(t1, "B", true)
+	if err := t1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a0 := ins(t0, "A", true)
+	dead := ins(t0, "B", true)
+	if err := t0.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE outbox SET status = 'done', done_at = now() WHERE id = $1`, done); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE outbox SET status = 'dead', last_error = 'x' WHERE id = $1`, dead); err != nil {
+		t.Fatal(err)
+	}
+	before := ints(t, pool, `SELECT id FROM outbox WHERE ordered AND status <> 'done' ORDER BY aggregate_id, xid, id`)
+	if diff := cmp.Diff([]int64{a0, a1, dead, b1}, before); diff != "" {
+		t.Fatalf("setup: (xid, id) order under 00003 (-want +got):\n%s", diff)
+	}
+
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := ints(t, pool, `SELECT id FROM outbox WHERE seq IS NOT NULL AND status <> 'done' ORDER BY aggregate_id, seq`)
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Fatalf("seq order after 00004 (-want (xid, id) order +got):\n%s", diff)
+	}
+	if unseq := ints(t, pool, `SELECT id FROM outbox WHERE seq IS NULL ORDER BY id`); !cmp.Equal([]int64{unordered}, unseq) {
+		t.Fatalf("unsequenced rows %v, want only the unordered %d (done %d sequenced too)", unseq, unordered, done)
+	}
+	// New ordered rows are sequenced after the backfilled ones.
+	tx := begin()
+	a2 := ins(tx, "A", true)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ints(t, pool, `SELECT id FROM outbox WHERE aggregate_id = 'A' AND seq IS NOT NULL AND status <> 'done' ORDER BY seq`); !cmp.Equal([]int64{a0, a1, a2}, got) {
+		t.Fatalf("A after a new commit: %v", got)
+	}
+	var hasXid bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'outbox' AND column_name = 'xid')`).Scan(&hasXid); err != nil || hasXid {
+		t.Fatalf("xid column still there after 00004 (%v)", err)
+	}
+
+	// Down restores 00003's schema; new rows get xids again; Up again.
+	if _, err := m.Down(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var restored bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox_seq') IS NULL AND to_regproc('outbox_commit_order') IS NULL
+	    AND pg_get_indexdef('outbox_ordered_head'::regclass) LIKE '%(aggregate_id, xid, id)%'
+	    AND NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'outbox' AND column_name = 'seq')`).Scan(&restored); err != nil || !restored {
+		t.Fatalf("Down did not restore 00003's schema (%v)", err)
+	}
+	tx = begin()
+	ins(tx, "A", true)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ints(t, pool, `SELECT count(*) FROM outbox WHERE ordered AND status <> 'done' AND seq IS NULL`); n[0] != 0 {
+		t.Fatalf("%d undelivered ordered rows unsequenced after the second Up", n[0])
+	}
+}
