@@ -1,3 +1,4 @@
+-- pgoutbox-migration: 00004_outbox_commit_order.sql
 -- +goose Up
 -- Ordered delivery in commit order. Until now an aggregate's events were
 -- ordered by (xid, id) and a head was claimable only below the snapshot's

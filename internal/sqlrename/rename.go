@@ -118,13 +118,59 @@ type identCtx struct {
 	afterDot    bool // schema.outbox: already qualified
 	beforeDot   bool // outbox.id: a qualifier
 	beforeParen bool // outbox_notify(): a function call or signature
+	// searched: the name is looked up through the search_path, not created
+	// beside the table: a sequence (CREATE/ALTER/DROP SEQUENCE name), an
+	// index being dropped (DROP INDEX name), or the table of
+	// OWNED BY outbox.seq.
+	searched bool
+}
+
+// strCtx is what surrounds a string literal in code.
+type strCtx struct {
+	// object: the literal names a relation or function that PostgreSQL
+	// resolves through the search_path: 'x'::regclass, 'x'::regproc, or the
+	// first argument of nextval/setval/currval/to_regclass/to_regproc.
+	// Other literals (a NOTIFY channel, a setting name) are plain text.
+	object bool
+}
+
+// objectCallees take a relation or function name as their first argument.
+var objectCallees = map[string]bool{
+	"nextval": true, "setval": true, "currval": true, "to_regclass": true, "to_regproc": true,
+	"to_regprocedure": true, "pg_get_serial_sequence": true,
+}
+
+// searchedAfter reports whether an identifier that follows the code words
+// prev (most recent last) names an object found through the search_path.
+func searchedAfter(prev []string) bool {
+	at := func(k int) string {
+		if k < len(prev) {
+			return prev[len(prev)-1-k]
+		}
+		return ""
+	}
+	switch {
+	case at(0) == "sequence":
+		return true
+	case at(0) == "exists" && at(1) == "if" && at(2) == "sequence":
+		return true
+	case at(0) == "index" && at(1) == "drop":
+		return true
+	case at(0) == "exists" && at(1) == "if" && at(2) == "index" && at(3) == "drop":
+		return true
+	case at(0) == "concurrently" && at(1) == "index" && at(2) == "drop":
+		return true
+	case at(0) == "by" && at(1) == "owned":
+		return true
+	}
+	return false
 }
 
 // sqlVisitor receives each kind of token; it returns the replacement text.
 type sqlVisitor struct {
 	code    func(ident string, ctx identCtx) string // identifier in code
 	comment func(word string) string                // word in a comment
-	str     func(content string) string
+	str     func(content string, ctx strCtx) string
 	quoted  func(content string) string // "quoted identifier"
 }
 
@@ -132,6 +178,8 @@ type sqlVisitor struct {
 func walkSQL(src string, v sqlVisitor) string {
 	var out strings.Builder
 	n := len(src)
+	var words []string // the last code words, lower-cased, most recent last
+	lastCode := byte(0) // the last non-space character of code
 	for i := 0; i < n; {
 		c := src[i]
 		switch {
@@ -178,13 +226,24 @@ func walkSQL(src string, v sqlVisitor) string {
 			}
 			content := src[i+1 : j]
 			if c == '\'' {
-				content = v.str(content)
+				ctx := strCtx{}
+				rest := src[j+1:]
+				for _, cast := range []string{"::regclass", "::regprocedure", "::regproc"} {
+					if strings.HasPrefix(rest, cast) {
+						ctx.object = true
+					}
+				}
+				if lastCode == '(' && len(words) > 0 && objectCallees[words[len(words)-1]] {
+					ctx.object = true
+				}
+				content = v.str(content, ctx)
 			} else {
 				content = v.quoted(content)
 			}
 			out.WriteByte(c)
 			out.WriteString(content)
 			out.WriteByte(c)
+			lastCode = c
 			i = j + 1
 		case c == '$':
 			tag := dollarTag.FindString(src[i:])
@@ -216,8 +275,14 @@ func walkSQL(src string, v sqlVisitor) string {
 				afterDot:    i > 0 && src[i-1] == '.',
 				beforeDot:   j < n && src[j] == '.',
 				beforeParen: k < n && src[k] == '(',
+				searched:    searchedAfter(words),
 			}
 			out.WriteString(v.code(src[i:j], ctx))
+			words = append(words, strings.ToLower(src[i:j]))
+			if len(words) > 4 {
+				words = words[1:]
+			}
+			lastCode = src[j-1]
 			i = j
 		case c >= '0' && c <= '9':
 			j := i + 1
@@ -225,9 +290,13 @@ func walkSQL(src string, v sqlVisitor) string {
 				j++
 			}
 			out.WriteString(src[i:j])
+			lastCode = src[j-1]
 			i = j
 		default:
 			out.WriteByte(c)
+			if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+				lastCode = c
+			}
 			i++
 		}
 	}
@@ -272,13 +341,29 @@ func (r Rename) SQL(src string) (string, []string) {
 	}
 	code := func(w string, ctx identCtx) string {
 		out := plain(w)
-		if out == w || r.schema == "" || ctx.afterDot || ctx.beforeDot {
+		if out == w || r.schema == "" || ctx.afterDot {
 			return out
 		}
-		// The table itself, and functions derived from it, live in the
-		// schema; index and trigger names are created in the table's schema
-		// and take no qualifier.
-		if strings.EqualFold(w, "outbox") || (ctx.beforeParen && strings.HasPrefix(strings.ToLower(w), "outbox_")) {
+		// The table itself, functions and sequences derived from it, and
+		// an index being dropped are found through the search_path: they
+		// take the schema. Index and trigger names in CREATE are created in
+		// the table's schema and take no qualifier; a column qualifier
+		// (outbox.id) takes none, except the table of OWNED BY outbox.seq.
+		if ctx.beforeDot && !ctx.searched {
+			return out
+		}
+		if strings.EqualFold(w, "outbox") || ctx.searched ||
+			(ctx.beforeParen && strings.HasPrefix(strings.ToLower(w), "outbox_")) {
+			return r.schema + "." + out
+		}
+		return out
+	}
+	str := func(s string, ctx strCtx) string {
+		out := nameParts(s, plain)
+		// 'outbox_seq' in nextval(...), 'outbox'::regclass: an object
+		// name PostgreSQL resolves through the search_path. A NOTIFY channel
+		// or a setting name ('outbox.wake_queued') stays as it is.
+		if ctx.object && r.schema != "" && out != s && plainIdent.MatchString(s) {
 			return r.schema + "." + out
 		}
 		return out
@@ -286,7 +371,7 @@ func (r Rename) SQL(src string) (string, []string) {
 	out := walkSQL(src, sqlVisitor{
 		code:    code,
 		comment: r.commentIdent,
-		str:     func(s string) string { return nameParts(s, plain) },
+		str:     str,
 		quoted:  plain,
 	})
 	return out, produced
@@ -312,7 +397,7 @@ func Leftovers(src, table, camel string) []string {
 	walkSQL(src, sqlVisitor{
 		code:    func(w string, _ identCtx) string { return check(w, false) },
 		comment: func(w string) string { return check(w, true) },
-		str: func(s string) string {
+		str: func(s string, _ strCtx) string {
 			nameParts(s, func(w string) string { return check(w, false) })
 			return s
 		},

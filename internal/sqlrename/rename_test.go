@@ -92,3 +92,42 @@ SELECT pg_notify('hr_outbox', '');`
 		}
 	}
 }
+
+// Names PostgreSQL looks up through the search_path take the schema too:
+// sequences, an index being dropped, the table of OWNED BY, and string
+// literals that name an object ('x'::regclass, nextval('x')). Channels and
+// setting names stay plain text. (Migration 00004 failed to apply in a
+// schema outside the search_path without these.)
+func TestRename_SchemaQualifiesNamesFoundThroughTheSearchPath(t *testing.T) {
+	t.Parallel()
+	r, err := New("hr_outbox", "hr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := `CREATE SEQUENCE outbox_seq AS bigint;
+ALTER SEQUENCE outbox_seq OWNED BY outbox.seq;
+DROP SEQUENCE IF EXISTS outbox_seq;
+DROP INDEX outbox_ordered_head;
+DROP INDEX IF EXISTS outbox_dead;
+CREATE INDEX outbox_ordered_head ON outbox (aggregate_id, seq);
+SELECT setval('outbox_seq', 1, false), nextval( 'outbox_seq'), to_regclass('outbox');
+SELECT 'outbox_commit_order'::regproc, 'outbox'::regclass, set_config('outbox.seq_from', '', true);
+SELECT pg_notify('outbox', ''), 'outbox';`
+	want := `CREATE SEQUENCE hr.hr_outbox_seq AS bigint;
+ALTER SEQUENCE hr.hr_outbox_seq OWNED BY hr.hr_outbox.seq;
+DROP SEQUENCE IF EXISTS hr.hr_outbox_seq;
+DROP INDEX hr.hr_outbox_ordered_head;
+DROP INDEX IF EXISTS hr.hr_outbox_dead;
+CREATE INDEX hr_outbox_ordered_head ON hr.hr_outbox (aggregate_id, seq);
+SELECT setval('hr.hr_outbox_seq', 1, false), nextval( 'hr.hr_outbox_seq'), to_regclass('hr.hr_outbox');
+SELECT 'hr.hr_outbox_commit_order'::regproc, 'hr.hr_outbox'::regclass, set_config('hr_outbox.seq_from', '', true);
+SELECT pg_notify('hr_outbox', ''), 'hr_outbox';`
+	if got, _ := r.SQL(in); got != want {
+		t.Errorf("rename:\n got: %s\nwant: %s", got, want)
+	}
+	// Without a schema nothing is qualified.
+	r2, _ := New("hr_outbox", "")
+	if got, _ := r2.SQL("SELECT nextval('outbox_seq'); DROP INDEX outbox_dead;"); got != "SELECT nextval('hr_outbox_seq'); DROP INDEX hr_outbox_dead;" {
+		t.Errorf("rename without schema: %s", got)
+	}
+}
