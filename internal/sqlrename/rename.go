@@ -178,7 +178,7 @@ type sqlVisitor struct {
 func walkSQL(src string, v sqlVisitor) string {
 	var out strings.Builder
 	n := len(src)
-	var words []string // the last code words, lower-cased, most recent last
+	var words []string  // the last code words, lower-cased, most recent last
 	lastCode := byte(0) // the last non-space character of code
 	for i := 0; i < n; {
 		c := src[i]
