@@ -78,6 +78,14 @@ UPDATE outbox AS o
 
 SELECT setval('outbox_seq', coalesce((SELECT max(seq) FROM outbox), 0) + 1, false);
 
+-- Its statements run in the producers' sessions, whose plan caches outlive a
+-- purge: with a cached generic plan made while the statistics said the table
+-- was empty (a new table, a TRUNCATE or purge followed by ANALYZE), the UPDATE
+-- below scanned the whole table at every COMMIT (pgbench, 8 clients, one
+-- ordered event per transaction: 5,000 tx/s fell to 1,070 tx/s within 10 s of
+-- a TRUNCATE + VACUUM ANALYZE). plan_cache_mode = force_custom_plan plans
+-- each execution with its values, by primary key (as dispatcher/plans.go
+-- does for the dispatcher's queries).
 -- The function runs as the table owner (SECURITY DEFINER): producers hold
 -- INSERT only (docs/roles.sql) and must not be able to change seq themselves.
 -- Its search_path is pinned below to the table's schema with pg_temp last,
@@ -85,7 +93,8 @@ SELECT setval('outbox_seq', coalesce((SELECT max(seq) FROM outbox), 0) + 1, fals
 -- or its sequence while it runs with the owner's rights.
 -- +goose StatementBegin
 CREATE FUNCTION outbox_commit_order() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER AS $$
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     from_id bigint := nullif(current_setting('outbox.seq_from', true), '')::bigint;
     to_id   bigint := nullif(current_setting('outbox.seq_to', true), '')::bigint;
