@@ -83,9 +83,12 @@ SELECT setval('outbox_seq', coalesce((SELECT max(seq) FROM outbox), 0) + 1, fals
 -- was empty (a new table, a TRUNCATE or purge followed by ANALYZE), the UPDATE
 -- below scanned the whole table at every COMMIT (pgbench, 8 clients, one
 -- ordered event per transaction: 5,000 tx/s fell to 1,070 tx/s within 10 s of
--- a TRUNCATE + VACUUM ANALYZE). plan_cache_mode = force_custom_plan plans
--- each execution with its values, by primary key (as dispatcher/plans.go
--- does for the dispatcher's queries).
+-- a TRUNCATE + VACUUM ANALYZE). enable_seqscan = off inside the function
+-- keeps every plan it caches on the primary key, whatever the statistics
+-- said when the plan was made, without planning each execution anew
+-- (plan_cache_mode = force_custom_plan also fixed it, at the cost of a
+-- planning pass per COMMIT: producers of ordered events at 0.70x of the
+-- unordered rate instead of 0.85x; BENCHMARKS.md 4b).
 -- The function runs as the table owner (SECURITY DEFINER): producers hold
 -- INSERT only (docs/roles.sql) and must not be able to change seq themselves.
 -- Its search_path is pinned below to the table's schema with pg_temp last,
@@ -94,7 +97,7 @@ SELECT setval('outbox_seq', coalesce((SELECT max(seq) FROM outbox), 0) + 1, fals
 -- +goose StatementBegin
 CREATE FUNCTION outbox_commit_order() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
-    SET plan_cache_mode = force_custom_plan AS $$
+    SET enable_seqscan = off AS $$
 DECLARE
     from_id bigint := nullif(current_setting('outbox.seq_from', true), '')::bigint;
     to_id   bigint := nullif(current_setting('outbox.seq_to', true), '')::bigint;
