@@ -58,10 +58,11 @@ func TestMigrations_UpDownUpRoundTrip(t *testing.T) {
 		if v, err := m.Version(ctx); err != nil || v != migrations.Latest() {
 			t.Fatalf("round %d: version %d (%v), want %d", round, v, err, migrations.Latest())
 		}
-		// The commit-order trigger runs as the owner with a pinned search_path.
+		// The commit-order trigger runs as the owner with a pinned search_path
+		// and plans that never seq-scan the table (see 00004).
 		var cfg string
 		if err := pool.QueryRow(ctx, `SELECT array_to_string(proconfig, ';') FROM pg_proc
-		    WHERE proname = 'outbox_commit_order' AND prosecdef`).Scan(&cfg); err != nil || cfg != "search_path=public, pg_catalog, pg_temp" {
+		    WHERE proname = 'outbox_commit_order' AND prosecdef`).Scan(&cfg); err != nil || cfg != "enable_seqscan=off;search_path=public, pg_catalog, pg_temp" {
 			t.Fatalf("round %d: outbox_commit_order config %q (%v)", round, cfg, err)
 		}
 	}
