@@ -159,7 +159,11 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 // a database that cannot be read yet (down, restarting) is left to the
 // claim loop's retries.
 func (d *Dispatcher) checkTable(ctx context.Context) error {
-	err := CheckTable(ctx, d.pool, d.cfg.Table, d.cfg.Schema, d.cfg.DisableListen)
+	// Bounded like every other database call: a server that does not answer
+	// must not hold Run at its start.
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+	defer cancel()
+	err := CheckTable(cctx, d.pool, d.cfg.Table, d.cfg.Schema, d.cfg.DisableListen)
 	if err != nil && !errors.Is(err, ErrOutboxTable) && !errors.Is(err, ErrInvalidConfig) {
 		d.log.Warn("cannot check the outbox table at start; continuing", "error", err)
 		return nil
