@@ -437,9 +437,11 @@ func TestReap_LeavesALateOwnerItsGracePeriod(t *testing.T) {
 
 	// The query itself: a row expired 1s ago is left alone within a 5s
 	// grace and reaped without one.
-	id2 := b.enqueue(t, 1, "b", false)[0]
-	if _, err := b.pool.Exec(ctx, `UPDATE outbox SET status = 'processing', attempts = 1, lease_owner = 'late',
-		lease_until = now() - interval '1 second' WHERE id = $1`, id2); err != nil {
+	// Inserted as processing at once: enqueued as pending, the running
+	// dispatcher could claim it before it was made to look expired.
+	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload,
+		status, attempts, lease_version, lease_owner, lease_until)
+		VALUES ('order', 'b', 'OrderEvent', '{}', 'processing', 1, 1, 'late', now() - interval '1 second')`); err != nil {
 		t.Fatal(err)
 	}
 	q := db.New(b.pool)

@@ -13,12 +13,19 @@
 --   once per transaction that inserted ordered rows. Its WHEN clause queues
 --   the event for the first such row only, and records the id span of the
 --   transaction's ordered rows in two transaction-local settings
---   (outbox.seq_from: the first row's id, outbox.seq_to: the last one's).
+--   (outbox.seq_from: the lowest id, outbox.seq_to: the highest; lowest and
+--   highest rather than first and last, so that rows inserted with explicit
+--   ids out of order, OVERRIDING SYSTEM VALUE, are all inside the span).
 --   It takes a transaction-level advisory lock for every aggregate the
 --   transaction wrote ordered rows to, in key order, then sets
 --   seq = nextval('outbox_seq') on all of them in one UPDATE, in id order
 --   (insertion order within the transaction, COPY included; ids come from
---   the identity column, which hands them out in call order).
+--   the identity column, which hands them out in call order; explicit ids
+--   are sequenced in id order).
+-- * A row inserted while triggers are disabled (session_replication_role =
+--   replica: pg_restore --disable-triggers, a logical replication apply) is
+--   never sequenced and so never claimed; insert outbox rows with triggers
+--   on.
 -- * Which rows: ordered rows with seq IS NULL whose id lies in that span,
 --   through the primary key. Every committed ordered row is sequenced (by
 --   its own COMMIT) and other open transactions' rows are invisible, so the
@@ -105,7 +112,7 @@ BEGIN
     -- Later ordered inserts of this transaction (SET CONSTRAINTS ... IMMEDIATE,
     -- or a deferred trigger inserting at COMMIT) queue the next run.
     PERFORM set_config('outbox.seq_from', '', true);
-    IF from_id IS NULL OR to_id IS NULL OR to_id <= from_id THEN
+    IF from_id IS NULL OR to_id IS NULL OR to_id = from_id THEN
         -- One ordered row (NEW, the one that queued this run).
         PERFORM pg_advisory_xact_lock((TG_RELID::bigint << 32) | (hashtext(NEW.aggregate_id)::bigint & 4294967295));
         UPDATE outbox SET seq = nextval('outbox_seq') WHERE id = NEW.id AND seq IS NULL;
@@ -154,7 +161,8 @@ CREATE CONSTRAINT TRIGGER outbox_commit_order
           CASE WHEN coalesce(current_setting('outbox.seq_from', true), '') = ''
                THEN set_config('outbox.seq_from', NEW.id::text, true) <> ''
                     AND set_config('outbox.seq_to', NEW.id::text, true) <> ''
-               ELSE set_config('outbox.seq_to', NEW.id::text, true) = '' END)
+               ELSE (set_config('outbox.seq_from', least(current_setting('outbox.seq_from')::bigint, NEW.id)::text, true)
+                     || set_config('outbox.seq_to', greatest(current_setting('outbox.seq_to')::bigint, NEW.id)::text, true)) = '' END)
     EXECUTE FUNCTION outbox_commit_order();
 
 -- Ordered claim: the first entry per aggregate_id is that aggregate's head in

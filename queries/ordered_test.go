@@ -677,3 +677,27 @@ func TestOrderedClaim_CursorServesAggregatesRoundRobin(t *testing.T) {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
 }
+
+// Rows inserted with explicit ids in descending order (OVERRIDING SYSTEM
+// VALUE) are all sequenced: the transaction's span runs from its lowest to
+// its highest id. (With the span from the first to the last id inserted, the
+// lower row stayed unsequenced — never claimable.)
+func TestOrderedClaim_ExplicitIdsOutOfOrderAreAllSequenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx := begin(t, b)
+	for _, id := range []int64{9000, 8000, 8500} {
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, ordered)
+			OVERRIDING SYSTEM VALUE VALUES ($1, 'order', 'A', 'E', '{}', true)`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var unsequenced int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE ordered AND seq IS NULL`).Scan(&unsequenced); err != nil || unsequenced != 0 {
+		t.Fatalf("%d ordered rows left unsequenced (%v), want 0", unsequenced, err)
+	}
+}
