@@ -89,10 +89,12 @@ type OutboxClaimRow struct {
 // every worker that holds it costs only itself attempts, never the healthy
 // messages that would otherwise be claimed beside it. recovered = true marks
 // such a row, so the caller can also publish it alone (nothing else in
-// flight), which is what keeps the batch-mates safe in the end. A caller
-// that still has messages in flight passes @recover_expired = false and gets
-// pending rows only; it recovers expired leases once it is idle. Passing
-// true always gives the seed's behaviour (both branches).
+// flight), which is what keeps the batch-mates safe in the end. With
+// @recover_expired = false the claim takes pending rows only: the dispatcher
+// always passes false and recovers expired leases apart from its main
+// pipeline, one at a time, in its recovery lane (OutboxClaimExpired,
+// queries/isolate.sql). Passing true gives the seed's behaviour (both
+// branches) to callers that run this query on their own.
 // Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
 // Ordering: expired lease (oldest lease_until) alone, else pending by id.
 // Indexes: outbox_leased for the expired branch, outbox_pending (partial:
@@ -271,7 +273,9 @@ type OutboxClaimOrderedRow struct {
 // dispatcher passes the last aggregate it claimed so every aggregate gets its
 // turn.
 // Expired leases: an expired processing ordered row is always its aggregate's
-// head; when one exists it is claimed alone (isolation, as in OutboxClaim).
+// head; when one exists (and @recover_expired) it is claimed alone
+// (isolation, as in OutboxClaim; the dispatcher passes false and uses its
+// recovery lane instead).
 // Lock strategy: FOR UPDATE SKIP LOCKED on the chosen heads, whose status and
 // availability are re-checked on the locked row version; the locked rows are
 // then updated through id = ANY(ARRAY(...)), as in OutboxClaim. Rows come
