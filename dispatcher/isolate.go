@@ -182,6 +182,9 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 		d.metrics.add(outReaped, n)
 		d.log.Warn("reaped messages whose lease expired after max attempts", slog.Int64("count", n))
 	}
+	if err := d.sweepBehindCursor(ctx); err != nil {
+		return fmt.Errorf("requeue passed: %w", err)
+	}
 	for ctx.Err() == nil && !d.stopping.Load() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
