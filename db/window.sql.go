@@ -156,8 +156,9 @@ type OutboxClaimWindowRow struct {
 }
 
 // OutboxClaimWindow claims up to @batch unordered pending messages that are
-// new to the cursor, in three lanes, each limited to what the previous ones
-// left of @batch:
+// new to the cursor, in three lanes. Each lane reads at most @batch rows and
+// is not read at all once the lanes before it filled the batch; the claim
+// takes the first @batch in lane order:
 //  1. open: rows of transactions that were still open at @snapshot (its xip
 //     list): one index probe per listed transaction (a lateral join, so that
 //     no plan can read the whole pending index instead). A long-open writer
