@@ -29,4 +29,5 @@ type Outbox struct {
 	Ordered       bool          `json:"ordered"`
 	Seq           pgtype.Int8   `json:"seq"`
 	Txid          pgtype.Uint64 `json:"txid"`
+	Head          pgtype.Bool   `json:"head"`
 }

@@ -125,6 +125,24 @@ type Querier interface {
 	// 0 rows: no aggregate has a claimable head right now; it may be blocked by a
 	// dead head, or a head in flight or in backoff.
 	OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]OutboxClaimOrderedRow, error)
+	// OutboxClaimOrderedWindow claims up to @batch ordered heads that are new to
+	// the cursor: the same cursor, lanes and order as OutboxClaimWindow, over
+	// rows flagged head (migration 00005). A row is flagged head when it becomes
+	// the first undelivered row of its aggregate in commit (seq) order: at its
+	// COMMIT when the aggregate had nothing undelivered, or when the head before
+	// it became done (the hand-off stamps its txid, so it is new to every
+	// cursor). So at most one row per aggregate is claimable, in commit order,
+	// as with OutboxClaimOrdered, but without reading any aggregate's delivered
+	// rows: the claim's cost does not grow while a long snapshot is held. A dead
+	// head keeps its flag and blocks its aggregate until redriven (pending
+	// again: stamped, due lane) or skipped (done: hand-off).
+	// Round-robin: heads are claimed in the order they became heads, oldest
+	// first, so no aggregate waits behind another's backlog.
+	// Lock strategy: as OutboxClaimWindow; the head flag and status are
+	// re-checked on the locked row version.
+	// Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
+	// 0 rows: no new head is claimable since the cursor.
+	OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimOrderedWindowParams) ([]OutboxClaimOrderedWindowRow, error)
 	// Claims from a cursor (migration 00005). OutboxClaim scans outbox_pending
 	// from its start, and while any snapshot older than the rows it claimed is
 	// open, that start is a run of dead index entries that grows with every row
@@ -132,22 +150,30 @@ type Querier interface {
 	// the previous claim of the same dispatcher ended, so their cost follows
 	// the rows that arrived since, never the age of the oldest snapshot.
 	//
-	// The cursor, kept by the caller between claims (dispatcher/window.go):
-	// * @snapshot (a pg_snapshot as text, from OutboxClaimSnapshot): every
-	//   pending row whose txid is visible in it, and whose available_at is at or
-	//   before @due_after, has been handed out: claimed by somebody, or found
-	//   locked by a concurrent claim. A row is new to the cursor when its txid is
-	//   not visible in @snapshot: its transaction was still open then (the
-	//   snapshot's xip list) or began later (txid >= xmax).
-	// * @after_txid/@after_id: a keyset inside the fresh lane, so a window with
-	//   more rows than one batch is read forward, page by page.
-	// * @due_after: the database time of the snapshot; rows whose available_at
-	//   is later have come due since (or are not due yet).
-	// The caller advances the cursor to a new OutboxClaimSnapshot, taken just
-	// before the claim, whenever a claim returns fewer rows than @batch (the
-	// window is exhausted); otherwise it moves the keyset to the last fresh row.
-	// A snapshot taken before the claim is never newer than the claim's own, so
-	// nothing the claim could not see is ever counted as handed out.
+	// The cursor, kept by the caller between claims (dispatcher/window.go),
+	// works in windows, as PgQ's batches do: a window is the rows whose txid is
+	// visible in its upper snapshot and not in its lower one.
+	// * @snapshot (the lower snapshot, a pg_snapshot as text): every pending row
+	//   whose txid is visible in it, and whose available_at is at or before
+	//   @due_after, has been handed out (claimed by somebody, or found locked by
+	//   a concurrent claim). A row is new when its txid is not visible in it:
+	//   its transaction was still open then (the xip list) or began later
+	//   (txid >= xmax).
+	// * @upper (the upper snapshot, from OutboxClaimSnapshot when the window
+	//   began): the window holds only transactions committed by then. Those
+	//   still open at @upper belong to the next window, so the window cannot
+	//   grow behind its keyset: a transaction that began after @snapshot but
+	//   commits late is never passed by the keyset of a window it is not in.
+	// * @after_txid/@after_id: the keyset inside the window's fresh lane, so a
+	//   window with more rows than one batch is read forward, page by page.
+	// * @due_after: the database time up to which due rows were handed out.
+	// The caller starts a window with @upper = a new OutboxClaimSnapshot (taken
+	// just before the claim) and the keyset at @snapshot's xmax; it moves the
+	// keyset to the last fresh row after a full claim; after a claim that came
+	// back short (the window is exhausted) the upper snapshot becomes the lower
+	// one and @due_after that claim's OutboxClaimSnapshot time. A snapshot taken
+	// before the claim is never newer than the claim's own, so nothing the
+	// claim could not see is ever counted as handed out.
 	// OutboxClaimSnapshot reads the cursor position for the next
 	// OutboxClaimWindow: the current txid snapshot and database time. Call it
 	// right before the claim (an earlier snapshot is safe, a later one is not).
@@ -158,13 +184,13 @@ type Querier interface {
 	// is not read at all once the lanes before it filled the batch; the claim
 	// takes the first @batch in lane order:
 	// 1. open: rows of transactions that were still open at @snapshot (its xip
-	//    list): one index probe per listed transaction (a lateral join, so that
+	//    list) and committed by @upper: one index probe per listed transaction (a lateral join, so that
 	//    no plan can read the whole pending index instead). A long-open writer
 	//    stays on the list and costs one probe that finds nothing; its own rows
 	//    are claimed when it commits.
-	// 2. fresh: rows past the keyset (@after_txid, @after_id) and at or past the
-	//    snapshot's xmax, in (txid, id) order: transactions that began after the
-	//    cursor, oldest first. Within one transaction, id order.
+	// 2. fresh: rows of transactions that began after @snapshot and committed by
+	//    @upper, past the keyset (@after_txid, @after_id), in (txid, id) order:
+	//    oldest transaction first, id order within one.
 	// 3. due: rows whose available_at lies after created_at and after
 	//    @due_after, and has come: retries, defers, hand-backs, redrives and
 	//    scheduled events that came due since the cursor, by available_at.
@@ -348,6 +374,20 @@ type Querier interface {
 	// the same reason).
 	// Returns the number of rows handed back; a missing row lost its lease.
 	OutboxReleaseMany(ctx context.Context, arg OutboxReleaseManyParams) (int64, error)
+	// OutboxRepairHeads flags the head of every aggregate whose first
+	// undelivered row (seq order) is not flagged: a safety net for heads lost
+	// outside the triggers' view (an undelivered row deleted by hand, a head made
+	// done while triggers were disabled, rows claimed with the loose-scan
+	// OutboxClaimOrdered by another tool). Flagged rows are stamped, so cursors
+	// see them as new. It runs now and then (Config.SweepInterval) on the
+	// recovery lane and normally changes nothing.
+	// This reads each aggregate's first index entries, like OutboxClaimOrdered:
+	// under a long-held snapshot it pays for the delivered rows kept, once per
+	// interval, off the claim path.
+	// Lock strategy: plain UPDATE by primary key of the rows chosen.
+	// Index: outbox_ordered_head (loose index scan).
+	// Rows affected: heads flagged; 0 is the normal case.
+	OutboxRepairHeads(ctx context.Context) (int64, error)
 	// OutboxRequeuePassed returns to the fresh lane the pending rows that a
 	// cursor has passed without handing them out: rows found locked by a
 	// concurrent claim that then rolled back (its dispatcher died inside the
@@ -364,12 +404,28 @@ type Querier interface {
 	// Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
 	// Rows affected: rows stamped; 0 is the normal case.
 	OutboxRequeuePassed(ctx context.Context, arg OutboxRequeuePassedParams) (int64, error)
+	// OutboxRequeuePassedOrdered is OutboxRequeuePassed for ordered heads.
+	// Lock strategy: FOR UPDATE SKIP LOCKED, then UPDATE by primary key.
+	// Index: outbox_ordered_txid. Rows affected: heads stamped; normally 0.
+	OutboxRequeuePassedOrdered(ctx context.Context, arg OutboxRequeuePassedOrderedParams) (int64, error)
 	// OutboxReschedule puts a message back to pending at now() + @delay: a
 	// retryable failure (attempt spent) or a business defer (@refund_attempt gives
 	// the attempt back, since a defer is not a failure). @error is kept in
 	// last_error, truncated to 500 characters.
 	// 0 rows: lease lost.
 	OutboxReschedule(ctx context.Context, arg OutboxRescheduleParams) (int64, error)
+	// OutboxResolveHeads decides the head flag of up to @max_rows rows that
+	// REPEATABLE READ or SERIALIZABLE producers left undecided (head IS NULL;
+	// see migration 00005): a row is its aggregate's head when the aggregate's
+	// previous row (the highest seq below its own, any status) is done, or there
+	// is none — the COMMIT-time rule, under the same per-aggregate advisory
+	// locks, read after taking them (in the function outbox_resolve_heads, since
+	// one statement cannot read after its own locks). Run it read committed: the
+	// dispatcher's recovery lane does, every ReapInterval.
+	// Lock strategy: pg_advisory_xact_lock per aggregate, in key order.
+	// Indexes: outbox_ordered_undecided, outbox_ordered_seq (one backward step).
+	// Returns the rows decided; 0 is the normal case.
+	OutboxResolveHeads(ctx context.Context, maxRows int32) (int32, error)
 	// OutboxSkipDead resolves a dead message without delivering it: dead -> done,
 	// which unblocks an ordered aggregate. last_error keeps why it died, prefixed
 	// with the operator's reason.

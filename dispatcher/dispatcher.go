@@ -34,6 +34,7 @@ type Dispatcher struct {
 	hotUntil    atomic.Int64  // end of the wake window, as time since epoch
 	stopping    atomic.Bool   // Run's context ended: start nothing new
 	window      windowState   // where the next unordered claim begins (window.go)
+	windowOrd   windowState   // where the next ordered claim begins
 
 	running atomic.Bool
 }
@@ -206,11 +207,10 @@ type job struct {
 // (recoveryLane), so recovery never makes fresh work wait.
 func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *releaser) {
 	var (
-		dbFailures    int
-		orderedCursor string
-		orderedFirst  bool
-		hotSeen       int64         // the wake window hotStep belongs to
-		hotStep       time.Duration // next idle wait inside the wake window
+		dbFailures   int
+		orderedFirst bool
+		hotSeen      int64         // the wake window hotStep belongs to
+		hotStep      time.Duration // next idle wait inside the wake window
 	)
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
@@ -244,7 +244,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 			if kind == ClaimUnorderedOnly {
 				got, err = d.claimUnordered(ctx, n, jobs)
 			} else {
-				got, err = d.claimOrdered(ctx, n, &orderedCursor, jobs)
+				got, err = d.claimOrdered(ctx, n, jobs)
 			}
 			if err != nil && (isRowError(err) || isTimeout(ctx, err)) {
 				// One row may be what fails the whole claim (it cannot be
@@ -314,40 +314,6 @@ func (d *Dispatcher) dbError(ctx context.Context, op string, err error, failures
 	case <-ctx.Done():
 	}
 	return true
-}
-
-func (d *Dispatcher) claimOrdered(ctx context.Context, n int, cursor *string, jobs chan<- *job) (int, error) {
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-	defer cancel()
-	rows, err := d.q.OutboxClaimOrdered(cctx, db.OutboxClaimOrderedParams{
-		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
-		AfterAggregateID: *cursor, RecoverExpired: false,
-	})
-	if err != nil {
-		return 0, err
-	}
-	deadline := start.Add(d.cfg.Lease)
-	last := ""
-	d.metrics.claimed(ctx, len(rows))
-	for _, r := range rows {
-		last = max(last, r.AggregateID)
-		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
-			r.EventType, r.Payload, r.Headers, r.CreatedAt, true))
-	}
-	// Round-robin over aggregates: continue after the last one served; wrap
-	// to the start when this pass found fewer heads than asked for.
-	if len(rows) < n {
-		if *cursor != "" && len(rows) == 0 {
-			*cursor = ""
-			cancel()
-			return d.claimOrdered(ctx, n, cursor, jobs)
-		}
-		*cursor = ""
-	} else {
-		*cursor = last
-	}
-	return len(rows), nil
 }
 
 // dispatch hands a claimed job to the workers.

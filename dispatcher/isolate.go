@@ -182,8 +182,11 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 		d.metrics.add(outReaped, n)
 		d.log.Warn("reaped messages whose lease expired after max attempts", slog.Int64("count", n))
 	}
+	if err := d.resolveHeads(ctx); err != nil {
+		return err
+	}
 	if err := d.sweepBehindCursor(ctx); err != nil {
-		return fmt.Errorf("requeue passed: %w", err)
+		return err
 	}
 	for ctx.Err() == nil && !d.stopping.Load() {
 		start := time.Now()

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,20 +11,23 @@ import (
 )
 
 // claimCursor is where the next OutboxClaimWindow begins (queries/window.sql):
-// a txid snapshot, a keyset inside its fresh lane, and the database time of
-// the snapshot. Starting a claim there instead of at the first pending row
-// is what keeps a claim's cost independent of how long the oldest open
-// snapshot on the server has been held (a pg_dump, a report, an idle
-// transaction): the dead index entries of the rows claimed meanwhile all lie
-// behind the cursor.
+// a window between two txid snapshots, a keyset inside it, and the database
+// time up to which due rows were handed out. Starting a claim there instead
+// of at the first pending row is what keeps a claim's cost independent of
+// how long the oldest open snapshot on the server has been held (a pg_dump,
+// a report, an idle transaction): the dead index entries of the rows
+// claimed meanwhile all lie behind the cursor.
 //
-// The zero cursor is "nothing handed out yet": the first pass reads every
+// The zero cursor is "nothing handed out yet": the first window reads every
 // pending row, once, forward.
 type claimCursor struct {
-	snapshot  string    // pg_snapshot text; every row visible in it was handed out
-	afterTxid int64     // fresh-lane keyset: (txid, id) of the last fresh row claimed
+	lower     string    // pg_snapshot text; every row visible in it was handed out ("" = the empty snapshot)
+	lowerXmax int64     // its xmax: where the fresh lane of the next window starts
+	upper     string    // the current window's upper snapshot; "" between windows
+	upperXmax int64     //
+	afterTxid int64     // fresh-lane keyset: (txid, id) of the last fresh row claimed in this window
 	afterID   int64     //
-	dueAfter  time.Time // database time of snapshot: due lane reads rows due after it
+	dueAfter  time.Time // database time up to which due rows were handed out
 }
 
 // cursorStart is the empty snapshot: no transaction is visible in it, so
@@ -31,28 +35,44 @@ type claimCursor struct {
 const cursorStart = "1:1:"
 
 func (c claimCursor) orStart() claimCursor {
-	if c.snapshot == "" {
-		c.snapshot = cursorStart
+	if c.lower == "" {
+		c.lower = cursorStart
 	}
 	return c
 }
 
-// advance moves the cursor after a claim that asked for batch rows. pre is
-// the OutboxClaimSnapshot read just before the claim.
+// begin opens a window at pre (the OutboxClaimSnapshot read just before the
+// claim) unless one is open.
+func (c claimCursor) begin(pre db.OutboxClaimSnapshotRow) claimCursor {
+	if c.upper == "" {
+		c.upper, c.upperXmax = pre.Snapshot, pre.Xmax
+		c.afterTxid, c.afterID = c.lowerXmax, 0
+	}
+	return c
+}
+
+// windowRow is what advance needs of a claimed row.
+type windowRow struct {
+	txid, id int64
+	lane     string
+}
+
+// advance moves the cursor after a claim that asked for batch rows.
 //
-// A claim that came back short exhausted its window: every row new to the
-// old cursor that the claim could see was claimed or found locked by a
-// concurrent claim, so the cursor moves to pre (never newer than the claim's
-// own snapshot, so nothing the claim could not see is passed). A full claim
-// only moves the fresh keyset past its last fresh row; the snapshot stays,
-// so rows of transactions still open at it keep their place.
-func (c claimCursor) advance(pre db.OutboxClaimSnapshotRow, rows []db.OutboxClaimWindowRow, batch int) claimCursor {
+// A claim that came back short exhausted its window: every row of the
+// window that the claim could see was claimed or found locked by a
+// concurrent claim, and so was every due row up to the claim's time, so the
+// upper snapshot becomes the lower one and pre's time the due mark (pre is
+// never newer than the claim's own snapshot, so nothing the claim could not
+// see is passed). A full claim only moves the fresh keyset past its last
+// fresh row.
+func (c claimCursor) advance(pre db.OutboxClaimSnapshotRow, rows []windowRow, batch int) claimCursor {
 	if len(rows) < batch {
-		return claimCursor{snapshot: pre.Snapshot, afterTxid: pre.Xmax, dueAfter: pre.At}
+		return claimCursor{lower: c.upper, lowerXmax: c.upperXmax, dueAfter: pre.At}
 	}
 	for _, r := range rows { // ordered by (txid, id)
-		if r.Lane == "fresh" {
-			c.afterTxid, c.afterID = r.Txid, r.ID
+		if r.lane == "fresh" {
+			c.afterTxid, c.afterID = r.txid, r.id
 		}
 	}
 	return c
@@ -87,15 +107,19 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 	if err != nil {
 		return 0, err
 	}
-	cur := d.window.get()
+	cur := d.window.get().begin(pre)
 	rows, err := d.q.OutboxClaimWindow(cctx, db.OutboxClaimWindowParams{
-		Snapshot: cur.snapshot, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
+		Snapshot: cur.lower, Upper: cur.upper, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
 		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease,
 	})
 	if err != nil {
 		return 0, err
 	}
-	d.window.set(cur.advance(pre, rows, n))
+	keys := make([]windowRow, len(rows))
+	for i, r := range rows {
+		keys[i] = windowRow{r.Txid, r.ID, r.Lane}
+	}
+	d.window.set(cur.advance(pre, keys, n))
 	deadline := start.Add(d.cfg.Lease)
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
@@ -105,34 +129,125 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 	return len(rows), nil
 }
 
-// sweepBehindCursor runs OutboxRequeuePassed at most once per
-// Config.SweepInterval: pending rows the cursor passed without anybody
-// claiming them (a concurrent claim that held them rolled back) go back to
-// the fresh lane. It reads from the start of the pending rows, so it pays
-// what a claim used to pay under a long snapshot, but once per interval and
-// on the recovery lane, never in front of fresh work.
-func (d *Dispatcher) sweepBehindCursor(ctx context.Context) error {
-	if d.cfg.Claim == ClaimOrderedOnly {
-		return nil
+// claimOrdered claims up to n ordered heads from the ordered cursor
+// (OutboxClaimOrderedWindow): at most one per aggregate, in the order they
+// became heads.
+func (d *Dispatcher) claimOrdered(ctx context.Context, n int, jobs chan<- *job) (int, error) {
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+	defer cancel()
+	pre, err := d.q.OutboxClaimSnapshot(cctx)
+	if err != nil {
+		return 0, err
 	}
+	cur := d.windowOrd.get().begin(pre)
+	rows, err := d.q.OutboxClaimOrderedWindow(cctx, db.OutboxClaimOrderedWindowParams{
+		Snapshot: cur.lower, Upper: cur.upper, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
+		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease,
+	})
+	if err != nil {
+		return 0, err
+	}
+	keys := make([]windowRow, len(rows))
+	for i, r := range rows {
+		keys[i] = windowRow{r.Txid, r.ID, r.Lane}
+	}
+	d.windowOrd.set(cur.advance(pre, keys, n))
+	deadline := start.Add(d.cfg.Lease)
+	d.metrics.claimed(ctx, len(rows))
+	for _, r := range rows {
+		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+			r.EventType, r.Payload, r.Headers, r.CreatedAt, true))
+	}
+	return len(rows), nil
+}
+
+// sweepBehindCursor runs the cursors' safety nets at most once per
+// Config.SweepInterval: OutboxRequeuePassed / OutboxRequeuePassedOrdered put
+// pending rows a cursor passed without anybody claiming them (a concurrent
+// claim that held them rolled back) back in front of it, and
+// OutboxRepairHeads flags heads the triggers could not (see its comment).
+// They read from the start of the pending rows or of each aggregate, so they
+// pay what a claim used to pay under a long snapshot, but once per interval
+// and on the recovery lane, never in front of fresh work.
+func (d *Dispatcher) sweepBehindCursor(ctx context.Context) error {
 	d.window.mu.Lock()
 	due := time.Since(d.window.lastSweep) >= d.cfg.SweepInterval
-	cur := d.window.cur
 	if due {
 		d.window.lastSweep = time.Now()
 	}
 	d.window.mu.Unlock()
-	if !due || cur.snapshot == "" {
+	if !due {
+		return nil
+	}
+	if d.cfg.Claim != ClaimOrderedOnly {
+		if err := d.requeuePassed(ctx, d.window.get(), d.requeueUnordered); err != nil {
+			return err
+		}
+	}
+	if d.cfg.Claim != ClaimUnorderedOnly {
+		if err := d.requeuePassed(ctx, d.windowOrd.get(), d.requeueOrdered); err != nil {
+			return err
+		}
+		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+		n, err := d.q.OutboxRepairHeads(sctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("repair heads: %w", err)
+		}
+		if n > 0 {
+			d.metrics.requeued.Add(n)
+			d.log.Warn("flagged the heads of aggregates whose head was not flagged", slog.Int64("count", n))
+			d.wakeUp()
+		}
+	}
+	return nil
+}
+
+// resolveHeads decides the heads that REPEATABLE READ or SERIALIZABLE
+// producers left undecided (OutboxResolveHeads), on every recovery pass.
+func (d *Dispatcher) resolveHeads(ctx context.Context) error {
+	if d.cfg.Claim == ClaimUnorderedOnly {
 		return nil
 	}
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-		n, err := d.q.OutboxRequeuePassed(sctx, db.OutboxRequeuePassedParams{
-			Snapshot: cur.snapshot, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows),
-		})
+		n, err := d.q.OutboxResolveHeads(sctx, int32(sweepRows))
 		cancel()
 		if err != nil {
-			return err
+			return fmt.Errorf("resolve heads: %w", err)
+		}
+		if n > 0 {
+			d.wakeUp()
+		}
+		if int(n) < sweepRows {
+			return nil
+		}
+	}
+	return nil
+}
+
+// requeueFunc runs one OutboxRequeuePassed-like statement.
+type requeueFunc func(ctx context.Context, snapshot string, dueAfter time.Time, maxRows int32) (int64, error)
+
+func (d *Dispatcher) requeueUnordered(ctx context.Context, snapshot string, dueAfter time.Time, maxRows int32) (int64, error) {
+	return d.q.OutboxRequeuePassed(ctx, db.OutboxRequeuePassedParams{Snapshot: snapshot, DueAfter: dueAfter, MaxRows: maxRows})
+}
+
+func (d *Dispatcher) requeueOrdered(ctx context.Context, snapshot string, dueAfter time.Time, maxRows int32) (int64, error) {
+	return d.q.OutboxRequeuePassedOrdered(ctx, db.OutboxRequeuePassedOrderedParams{Snapshot: snapshot, DueAfter: dueAfter, MaxRows: maxRows})
+}
+
+func (d *Dispatcher) requeuePassed(ctx context.Context, cur claimCursor, requeue requeueFunc) error {
+	if cur.lower == cursorStart {
+		return nil // nothing passed yet
+	}
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+		n, err := requeue(sctx, cur.lower, cur.dueAfter, int32(sweepRows))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("requeue passed: %w", err)
 		}
 		if n > 0 {
 			d.metrics.requeued.Add(n)

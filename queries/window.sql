@@ -5,22 +5,30 @@
 -- the previous claim of the same dispatcher ended, so their cost follows
 -- the rows that arrived since, never the age of the oldest snapshot.
 --
--- The cursor, kept by the caller between claims (dispatcher/window.go):
--- * @snapshot (a pg_snapshot as text, from OutboxClaimSnapshot): every
---   pending row whose txid is visible in it, and whose available_at is at or
---   before @due_after, has been handed out: claimed by somebody, or found
---   locked by a concurrent claim. A row is new to the cursor when its txid is
---   not visible in @snapshot: its transaction was still open then (the
---   snapshot's xip list) or began later (txid >= xmax).
--- * @after_txid/@after_id: a keyset inside the fresh lane, so a window with
---   more rows than one batch is read forward, page by page.
--- * @due_after: the database time of the snapshot; rows whose available_at
---   is later have come due since (or are not due yet).
--- The caller advances the cursor to a new OutboxClaimSnapshot, taken just
--- before the claim, whenever a claim returns fewer rows than @batch (the
--- window is exhausted); otherwise it moves the keyset to the last fresh row.
--- A snapshot taken before the claim is never newer than the claim's own, so
--- nothing the claim could not see is ever counted as handed out.
+-- The cursor, kept by the caller between claims (dispatcher/window.go),
+-- works in windows, as PgQ's batches do: a window is the rows whose txid is
+-- visible in its upper snapshot and not in its lower one.
+-- * @snapshot (the lower snapshot, a pg_snapshot as text): every pending row
+--   whose txid is visible in it, and whose available_at is at or before
+--   @due_after, has been handed out (claimed by somebody, or found locked by
+--   a concurrent claim). A row is new when its txid is not visible in it:
+--   its transaction was still open then (the xip list) or began later
+--   (txid >= xmax).
+-- * @upper (the upper snapshot, from OutboxClaimSnapshot when the window
+--   began): the window holds only transactions committed by then. Those
+--   still open at @upper belong to the next window, so the window cannot
+--   grow behind its keyset: a transaction that began after @snapshot but
+--   commits late is never passed by the keyset of a window it is not in.
+-- * @after_txid/@after_id: the keyset inside the window's fresh lane, so a
+--   window with more rows than one batch is read forward, page by page.
+-- * @due_after: the database time up to which due rows were handed out.
+-- The caller starts a window with @upper = a new OutboxClaimSnapshot (taken
+-- just before the claim) and the keyset at @snapshot's xmax; it moves the
+-- keyset to the last fresh row after a full claim; after a claim that came
+-- back short (the window is exhausted) the upper snapshot becomes the lower
+-- one and @due_after that claim's OutboxClaimSnapshot time. A snapshot taken
+-- before the claim is never newer than the claim's own, so nothing the
+-- claim could not see is ever counted as handed out.
 
 -- OutboxClaimSnapshot reads the cursor position for the next
 -- OutboxClaimWindow: the current txid snapshot and database time. Call it
@@ -36,13 +44,13 @@ SELECT pg_current_snapshot()::text AS snapshot,
 -- is not read at all once the lanes before it filled the batch; the claim
 -- takes the first @batch in lane order:
 -- 1. open: rows of transactions that were still open at @snapshot (its xip
---    list): one index probe per listed transaction (a lateral join, so that
+--    list) and committed by @upper: one index probe per listed transaction (a lateral join, so that
 --    no plan can read the whole pending index instead). A long-open writer
 --    stays on the list and costs one probe that finds nothing; its own rows
 --    are claimed when it commits.
--- 2. fresh: rows past the keyset (@after_txid, @after_id) and at or past the
---    snapshot's xmax, in (txid, id) order: transactions that began after the
---    cursor, oldest first. Within one transaction, id order.
+-- 2. fresh: rows of transactions that began after @snapshot and committed by
+--    @upper, past the keyset (@after_txid, @after_id), in (txid, id) order:
+--    oldest transaction first, id order within one.
 -- 3. due: rows whose available_at lies after created_at and after
 --    @due_after, and has come: retries, defers, hand-backs, redrives and
 --    scheduled events that came due since the cursor, by available_at.
@@ -63,20 +71,21 @@ SELECT pg_current_snapshot()::text AS snapshot,
 -- @batch the window is exhausted and the caller advances the cursor.
 -- name: OutboxClaimWindow :many
 WITH win AS (
-    SELECT (@snapshot::text)::pg_snapshot AS snap
+    SELECT (@snapshot::text)::pg_snapshot AS snap, (@upper::text)::pg_snapshot AS upper
 ),
 open_tx AS (
     SELECT o.id
       FROM outbox AS o
      WHERE o.id = ANY (ARRAY(
             SELECT p.id
-              FROM (SELECT pg_snapshot_xip(win.snap) AS xid FROM win) AS x
+              FROM (SELECT pg_snapshot_xip(win.snap) AS xid, win.upper FROM win) AS x
              CROSS JOIN LATERAL (
                     SELECT p.id
                       FROM outbox AS p
                      WHERE p.txid = x.xid
                        AND p.status = 'pending'
                        AND NOT p.ordered
+                       AND pg_visible_in_snapshot(x.xid, x.upper)
                      ORDER BY p.txid, p.id
                      LIMIT @batch::integer) AS p))
        AND o.status = 'pending'
@@ -91,6 +100,8 @@ fresh AS (
       FROM outbox AS o
      WHERE (o.txid, o.id) > ((@after_txid::bigint)::text::xid8, @after_id::bigint)
        AND o.txid >= (SELECT pg_snapshot_xmax(win.snap) AS xmax FROM win)
+       AND o.txid < (SELECT pg_snapshot_xmax(win.upper) AS xmax FROM win)
+       AND pg_visible_in_snapshot(o.txid, (SELECT win.upper FROM win))
        AND o.status = 'pending'
        AND NOT o.ordered
        AND o.available_at <= now()
@@ -162,3 +173,174 @@ UPDATE outbox
          ORDER BY p.txid, p.id
          LIMIT @max_rows::integer
            FOR UPDATE SKIP LOCKED));
+
+-- OutboxClaimOrderedWindow claims up to @batch ordered heads that are new to
+-- the cursor: the same cursor, lanes and order as OutboxClaimWindow, over
+-- rows flagged head (migration 00005). A row is flagged head when it becomes
+-- the first undelivered row of its aggregate in commit (seq) order: at its
+-- COMMIT when the aggregate had nothing undelivered, or when the head before
+-- it became done (the hand-off stamps its txid, so it is new to every
+-- cursor). So at most one row per aggregate is claimable, in commit order,
+-- as with OutboxClaimOrdered, but without reading any aggregate's delivered
+-- rows: the claim's cost does not grow while a long snapshot is held. A dead
+-- head keeps its flag and blocks its aggregate until redriven (pending
+-- again: stamped, due lane) or skipped (done: hand-off).
+-- Round-robin: heads are claimed in the order they became heads, oldest
+-- first, so no aggregate waits behind another's backlog.
+-- Lock strategy: as OutboxClaimWindow; the head flag and status are
+-- re-checked on the locked row version.
+-- Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
+-- 0 rows: no new head is claimable since the cursor.
+-- name: OutboxClaimOrderedWindow :many
+WITH win AS (
+    SELECT (@snapshot::text)::pg_snapshot AS snap, (@upper::text)::pg_snapshot AS upper
+),
+open_tx AS (
+    SELECT o.id
+      FROM outbox AS o
+     WHERE o.id = ANY (ARRAY(
+            SELECT p.id
+              FROM (SELECT pg_snapshot_xip(win.snap) AS xid, win.upper FROM win) AS x
+             CROSS JOIN LATERAL (
+                    SELECT p.id
+                      FROM outbox AS p
+                     WHERE p.txid = x.xid
+                       AND p.ordered
+                       AND p.head
+                       AND p.status = 'pending'
+                       AND pg_visible_in_snapshot(x.xid, x.upper)
+                     ORDER BY p.txid, p.id
+                     LIMIT @batch::integer) AS p))
+       AND o.ordered
+       AND o.head
+       AND o.status = 'pending'
+       AND o.available_at <= now()
+     ORDER BY o.txid, o.id
+     LIMIT @batch::integer
+       FOR UPDATE SKIP LOCKED
+),
+fresh AS (
+    SELECT o.id
+      FROM outbox AS o
+     WHERE (o.txid, o.id) > ((@after_txid::bigint)::text::xid8, @after_id::bigint)
+       AND o.txid >= (SELECT pg_snapshot_xmax(win.snap) AS xmax FROM win)
+       AND o.txid < (SELECT pg_snapshot_xmax(win.upper) AS xmax FROM win)
+       AND pg_visible_in_snapshot(o.txid, (SELECT win.upper FROM win))
+       AND o.ordered
+       AND o.head
+       AND o.status = 'pending'
+       AND o.available_at <= now()
+       AND (SELECT count(*) FROM open_tx) < @batch::integer
+     ORDER BY o.txid, o.id
+     LIMIT @batch::integer
+       FOR UPDATE SKIP LOCKED
+),
+due AS (
+    SELECT o.id
+      FROM outbox AS o
+     WHERE o.available_at > @due_after::timestamptz
+       AND o.available_at <= now()
+       AND o.available_at > o.created_at
+       AND o.ordered
+       AND o.head
+       AND o.status = 'pending'
+       AND o.id <> ALL (ARRAY(SELECT id FROM open_tx UNION ALL SELECT id FROM fresh))
+       AND (SELECT count(*) FROM open_tx) + (SELECT count(*) FROM fresh) < @batch::integer
+     ORDER BY o.available_at, o.id
+     LIMIT @batch::integer
+       FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE outbox AS o
+       SET status        = 'processing',
+           lease_owner   = @owner::text,
+           lease_until   = now() + @lease::interval,
+           lease_version = o.lease_version + 1,
+           attempts      = o.attempts + 1
+     WHERE o.id = ANY ((ARRAY(SELECT id FROM open_tx UNION ALL SELECT id FROM fresh UNION ALL SELECT id FROM due))[1:@batch::integer])
+    RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
+              o.event_type, o.payload, o.headers, o.created_at, o.txid
+)
+SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
+       c.event_type, c.payload, c.headers, c.created_at,
+       (c.txid::text)::bigint AS txid,
+       (CASE WHEN c.id IN (SELECT id FROM open_tx) THEN 'open'
+             WHEN c.id IN (SELECT id FROM fresh) THEN 'fresh'
+             ELSE 'due' END)::text AS lane
+  FROM claimed AS c
+ ORDER BY c.txid, c.id;
+
+-- OutboxRequeuePassedOrdered is OutboxRequeuePassed for ordered heads.
+-- Lock strategy: FOR UPDATE SKIP LOCKED, then UPDATE by primary key.
+-- Index: outbox_ordered_txid. Rows affected: heads stamped; normally 0.
+-- name: OutboxRequeuePassedOrdered :execrows
+UPDATE outbox
+   SET txid = pg_current_xact_id()
+ WHERE id = ANY (ARRAY(
+        SELECT p.id
+          FROM outbox AS p
+         WHERE p.txid < pg_snapshot_xmax((@snapshot::text)::pg_snapshot)
+           AND pg_visible_in_snapshot(p.txid, (@snapshot::text)::pg_snapshot)
+           AND p.available_at <= @due_after::timestamptz
+           AND p.ordered
+           AND p.head
+           AND p.status = 'pending'
+         ORDER BY p.txid, p.id
+         LIMIT @max_rows::integer
+           FOR UPDATE SKIP LOCKED));
+
+-- OutboxResolveHeads decides the head flag of up to @max_rows rows that
+-- REPEATABLE READ or SERIALIZABLE producers left undecided (head IS NULL;
+-- see migration 00005): a row is its aggregate's head when the aggregate's
+-- previous row (the highest seq below its own, any status) is done, or there
+-- is none — the COMMIT-time rule, under the same per-aggregate advisory
+-- locks, read after taking them (in the function outbox_resolve_heads, since
+-- one statement cannot read after its own locks). Run it read committed: the
+-- dispatcher's recovery lane does, every ReapInterval.
+-- Lock strategy: pg_advisory_xact_lock per aggregate, in key order.
+-- Indexes: outbox_ordered_undecided, outbox_ordered_seq (one backward step).
+-- Returns the rows decided; 0 is the normal case.
+-- name: OutboxResolveHeads :one
+SELECT outbox_resolve_heads(@max_rows::integer)::integer AS decided;
+
+-- OutboxRepairHeads flags the head of every aggregate whose first
+-- undelivered row (seq order) is not flagged: a safety net for heads lost
+-- outside the triggers' view (an undelivered row deleted by hand, a head made
+-- done while triggers were disabled, rows claimed with the loose-scan
+-- OutboxClaimOrdered by another tool). Flagged rows are stamped, so cursors
+-- see them as new. It runs now and then (Config.SweepInterval) on the
+-- recovery lane and normally changes nothing.
+-- This reads each aggregate's first index entries, like OutboxClaimOrdered:
+-- under a long-held snapshot it pays for the delivered rows kept, once per
+-- interval, off the claim path.
+-- Lock strategy: plain UPDATE by primary key of the rows chosen.
+-- Index: outbox_ordered_head (loose index scan).
+-- Rows affected: heads flagged; 0 is the normal case.
+-- name: OutboxRepairHeads :execrows
+WITH RECURSIVE heads AS (
+    (SELECT h.aggregate_id, h.id, h.head
+       FROM outbox AS h
+      WHERE h.ordered
+        AND h.seq IS NOT NULL
+        AND h.status IN ('pending', 'processing', 'dead')
+      ORDER BY h.aggregate_id, h.seq
+      LIMIT 1)
+    UNION ALL
+    SELECT nxt.aggregate_id, nxt.id, nxt.head
+      FROM heads AS prev
+     CROSS JOIN LATERAL (
+        SELECT h.aggregate_id, h.id, h.head
+          FROM outbox AS h
+         WHERE h.ordered
+           AND h.seq IS NOT NULL
+           AND h.status IN ('pending', 'processing', 'dead')
+           AND h.aggregate_id > prev.aggregate_id
+         ORDER BY h.aggregate_id, h.seq
+         LIMIT 1
+     ) AS nxt
+)
+UPDATE outbox
+   SET head = true,
+       txid = pg_current_xact_id()
+ WHERE id IN (SELECT heads.id FROM heads WHERE heads.head IS NOT TRUE)
+   AND head IS NOT TRUE;

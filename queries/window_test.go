@@ -23,10 +23,27 @@ import (
 type windowClaimer struct {
 	q         *db.Queries
 	owner     string
-	snapshot  string
+	snapshot  string // lower
+	lowerXmax int64
+	upper     string
+	upperXmax int64
 	afterTxid int64
 	afterID   int64
 	dueAfter  time.Time
+}
+
+// begin opens a window at pre unless one is open.
+func (w *windowClaimer) begin(pre db.OutboxClaimSnapshotRow) {
+	if w.upper == "" {
+		w.upper, w.upperXmax = pre.Snapshot, pre.Xmax
+		w.afterTxid, w.afterID = w.lowerXmax, 0
+	}
+}
+
+// advance ends the window after a short claim.
+func (w *windowClaimer) exhausted(pre db.OutboxClaimSnapshotRow) {
+	w.snapshot, w.lowerXmax, w.upper, w.upperXmax = w.upper, w.upperXmax, "", 0
+	w.afterTxid, w.afterID, w.dueAfter = 0, 0, pre.At
 }
 
 func newWindowClaimer(q *db.Queries, owner string) *windowClaimer {
@@ -40,15 +57,16 @@ func (w *windowClaimer) claim(t *testing.T, batch int) []db.OutboxClaimWindowRow
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.begin(pre)
 	rows, err := w.q.OutboxClaimWindow(ctx, db.OutboxClaimWindowParams{
-		Snapshot: w.snapshot, AfterTxid: w.afterTxid, AfterID: w.afterID, DueAfter: w.dueAfter,
+		Snapshot: w.snapshot, Upper: w.upper, AfterTxid: w.afterTxid, AfterID: w.afterID, DueAfter: w.dueAfter,
 		Owner: w.owner, Batch: int32(batch), Lease: time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rows) < batch {
-		w.snapshot, w.afterTxid, w.afterID, w.dueAfter = pre.Snapshot, pre.Xmax, 0, pre.At
+		w.exhausted(pre)
 	} else {
 		for _, r := range rows {
 			if r.Lane == "fresh" {
@@ -203,15 +221,13 @@ func TestClaimWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t *testi
 			// Process 4,000 more rows through the cursor while the snapshot
 			// is held.
 			insertMany(t, b.pool, 4000, 200)
-			for {
+			for left := 4000; left > 0; {
 				rows := w.claim(t, 500)
 				if len(rows) > 0 {
 					b.doneAll(t, rows)
 				}
 				processed += int64(len(rows))
-				if len(rows) < 500 {
-					break
-				}
+				left -= len(rows)
 			}
 		}
 		insertMany(t, b.pool, probe, probe)
@@ -219,9 +235,10 @@ func TestClaimWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t *testi
 		if err != nil {
 			t.Fatal(err)
 		}
+		w.begin(pre)
 		we := claimWork(t, worker.Conn(), func(q *db.Queries) {
 			_, _ = q.OutboxClaimWindow(ctx, db.OutboxClaimWindowParams{
-				Snapshot: w.snapshot, AfterTxid: w.afterTxid, AfterID: w.afterID, DueAfter: w.dueAfter,
+				Snapshot: w.snapshot, Upper: w.upper, AfterTxid: w.afterTxid, AfterID: w.afterID, DueAfter: w.dueAfter,
 				Owner: "probe", Batch: probe, Lease: time.Minute,
 			})
 		})
@@ -231,7 +248,6 @@ func TestClaimWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t *testi
 		}
 		// The claim was full: the keyset moves past its last row.
 		w.afterTxid, w.afterID = probed[len(probed)-1][0], probed[len(probed)-1][1]
-		_ = pre
 		processed += probe
 
 		insertMany(t, b.pool, probe, probe)
@@ -378,8 +394,12 @@ func TestClaimWindow_Lanes(t *testing.T) {
 		}
 		defer other.Rollback(ctx) //nolint:errcheck
 		// Another dispatcher's claim, still open, holds the first row.
+		var now string
+		if err := other.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&now); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := db.New(other).OutboxClaimWindow(ctx, db.OutboxClaimWindowParams{
-			Snapshot: "1:1:", DueAfter: time.Time{}, Owner: "other", Batch: 1, Lease: time.Minute,
+			Snapshot: "1:1:", Upper: now, DueAfter: time.Time{}, Owner: "other", Batch: 1, Lease: time.Minute,
 		}); err != nil {
 			t.Fatal(err)
 		}
