@@ -28,7 +28,10 @@
 -- table owner (SECURITY DEFINER), so producers need no UPDATE or sequence
 -- grant to get their rows sequenced, and cannot set seq themselves.
 -- `pgoutbox stats` reads producers' commit waits from pg_locks, which every
--- role can read.
+-- role can read. The claim cursor's triggers and function (migration 00005:
+-- the txid stamp, the head hand-off, outbox_resolve_heads) need no grant
+-- either: the stamp only sets a column of the row being updated, the others
+-- run as the table owner, and functions are executable by every role.
 --
 -- The grants name the table outbox in the current search_path; if you
 -- installed pgoutbox in another schema, qualify the names (myschema.outbox)
