@@ -56,8 +56,9 @@ const (
 type ClaimMode int
 
 const (
-	// ClaimAll claims unordered messages with OutboxClaim and ordered
-	// messages (Event.Ordered) with OutboxClaimOrdered, in the same loop.
+	// ClaimAll claims unordered messages with OutboxClaimWindow and ordered
+	// messages (Event.Ordered) with OutboxClaimOrderedWindow, in the same
+	// loop (queries/window.sql).
 	ClaimAll ClaimMode = iota
 	// ClaimUnorderedOnly claims only unordered messages.
 	ClaimUnorderedOnly
