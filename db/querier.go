@@ -143,6 +143,33 @@ type Querier interface {
 	// Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
 	// 0 rows: no new head is claimable since the cursor.
 	OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimOrderedWindowParams) ([]OutboxClaimOrderedWindowRow, error)
+	// OutboxClaimPassed claims, without their payloads, the pending unordered
+	// rows that a cursor has passed without handing them out: rows found locked
+	// by a concurrent claim that then rolled back — its process died inside the
+	// claim, or the claim failed or timed out on one of its rows (a payload that
+	// cannot be returned) and its statement still held the rows while the
+	// cursors moved on — and rows made claimable in a way the stamp trigger
+	// cannot see (a created_at set in the future by hand). Such rows are
+	// suspects, so the dispatcher treats them like recovered leases: its
+	// recovery lane reads each one alone (OutboxIsolateRead) and publishes it
+	// alone, so the one row that failed a claim fails only itself. A dispatcher
+	// runs it now and then (Config.SweepInterval) with its cursor's lower
+	// @snapshot and @due_after; it normally claims nothing.
+	// This is the one unordered query that reads from the start of the pending
+	// rows, so it pays for the dead entries a long snapshot leaves behind; it
+	// runs apart from the claims, on the recovery lane, once per interval.
+	// Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
+	// claim's; a row still held by a failed claim's statement is taken at a
+	// later sweep), then UPDATE by primary key, writing the lease as every claim
+	// does (lease_version + 1, attempts + 1).
+	// Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
+	// 0 rows: nothing was passed (the normal case).
+	OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]OutboxClaimPassedRow, error)
+	// OutboxClaimPassedOrdered is OutboxClaimPassed for ordered heads (each is
+	// the only claimable row of its aggregate, so recovering it keeps the order).
+	// Lock strategy: as OutboxClaimPassed. Index: outbox_ordered_txid.
+	// 0 rows: nothing was passed (the normal case).
+	OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]OutboxClaimPassedOrderedRow, error)
 	// Claims from a cursor (migration 00005). OutboxClaim scans outbox_pending
 	// from its start, and while any snapshot older than the rows it claimed is
 	// open, that start is a run of dead index entries that grows with every row
@@ -205,7 +232,7 @@ type Querier interface {
 	// primary key through id = ANY(ARRAY(...)), as in OutboxClaim. A row found
 	// locked by a concurrent claim is passed: that claim takes it. (Should that
 	// claim roll back, the row is pending again behind the cursor; the caller's
-	// periodic OutboxRequeuePassed returns it to the fresh lane.)
+	// periodic OutboxClaimPassed recovers it.)
 	// Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
 	// 0 rows: nothing new is claimable since the cursor; with fewer rows than
 	// @batch the window is exhausted and the caller advances the cursor.
@@ -388,26 +415,6 @@ type Querier interface {
 	// Index: outbox_ordered_head (loose index scan).
 	// Rows affected: heads flagged; 0 is the normal case.
 	OutboxRepairHeads(ctx context.Context) (int64, error)
-	// OutboxRequeuePassed returns to the fresh lane the pending rows that a
-	// cursor has passed without handing them out: rows found locked by a
-	// concurrent claim that then rolled back (its dispatcher died inside the
-	// claim), or rows made claimable in a way the stamp trigger cannot see (a
-	// created_at set in the future by hand). It stamps them with the current
-	// transaction's id, so every cursor sees them as new. A dispatcher runs it
-	// now and then (Config.SweepInterval), with its cursor's @snapshot and
-	// @due_after; it normally changes nothing.
-	// This is the one query here that reads from the start of the pending rows,
-	// so it pays for the dead entries a long snapshot leaves behind; it runs
-	// apart from the claims, on the recovery lane, at most once per interval.
-	// Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
-	// claim's), then UPDATE by primary key.
-	// Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
-	// Rows affected: rows stamped; 0 is the normal case.
-	OutboxRequeuePassed(ctx context.Context, arg OutboxRequeuePassedParams) (int64, error)
-	// OutboxRequeuePassedOrdered is OutboxRequeuePassed for ordered heads.
-	// Lock strategy: FOR UPDATE SKIP LOCKED, then UPDATE by primary key.
-	// Index: outbox_ordered_txid. Rows affected: heads stamped; normally 0.
-	OutboxRequeuePassedOrdered(ctx context.Context, arg OutboxRequeuePassedOrderedParams) (int64, error)
 	// OutboxReschedule puts a message back to pending at now() + @delay: a
 	// retryable failure (attempt spent) or a business defer (@refund_attempt gives
 	// the attempt back, since a defer is not a failure). @error is kept in

@@ -173,6 +173,166 @@ func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimO
 	return items, nil
 }
 
+const outboxClaimPassed = `-- name: OutboxClaimPassed :many
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = $1::text,
+       lease_until   = now() + $2::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+ WHERE o.id = ANY (ARRAY(
+        SELECT p.id
+          FROM outbox AS p
+         WHERE p.txid < pg_snapshot_xmax(($3::text)::pg_snapshot)
+           AND pg_visible_in_snapshot(p.txid, ($3::text)::pg_snapshot)
+           AND p.available_at <= $4::timestamptz
+           AND p.status = 'pending'
+           AND NOT p.ordered
+         ORDER BY p.txid, p.id
+         LIMIT $5::integer
+           FOR UPDATE SKIP LOCKED))
+RETURNING o.id, o.lease_version, o.attempts, o.ordered
+`
+
+type OutboxClaimPassedParams struct {
+	Owner    string        `json:"owner"`
+	Lease    time.Duration `json:"lease"`
+	Snapshot string        `json:"snapshot"`
+	DueAfter time.Time     `json:"due_after"`
+	MaxRows  int32         `json:"max_rows"`
+}
+
+type OutboxClaimPassedRow struct {
+	ID           int64 `json:"id"`
+	LeaseVersion int64 `json:"lease_version"`
+	Attempts     int32 `json:"attempts"`
+	Ordered      bool  `json:"ordered"`
+}
+
+// OutboxClaimPassed claims, without their payloads, the pending unordered
+// rows that a cursor has passed without handing them out: rows found locked
+// by a concurrent claim that then rolled back — its process died inside the
+// claim, or the claim failed or timed out on one of its rows (a payload that
+// cannot be returned) and its statement still held the rows while the
+// cursors moved on — and rows made claimable in a way the stamp trigger
+// cannot see (a created_at set in the future by hand). Such rows are
+// suspects, so the dispatcher treats them like recovered leases: its
+// recovery lane reads each one alone (OutboxIsolateRead) and publishes it
+// alone, so the one row that failed a claim fails only itself. A dispatcher
+// runs it now and then (Config.SweepInterval) with its cursor's lower
+// @snapshot and @due_after; it normally claims nothing.
+// This is the one unordered query that reads from the start of the pending
+// rows, so it pays for the dead entries a long snapshot leaves behind; it
+// runs apart from the claims, on the recovery lane, once per interval.
+// Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
+// claim's; a row still held by a failed claim's statement is taken at a
+// later sweep), then UPDATE by primary key, writing the lease as every claim
+// does (lease_version + 1, attempts + 1).
+// Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
+// 0 rows: nothing was passed (the normal case).
+func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]OutboxClaimPassedRow, error) {
+	rows, err := q.db.Query(ctx, outboxClaimPassed,
+		arg.Owner,
+		arg.Lease,
+		arg.Snapshot,
+		arg.DueAfter,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxClaimPassedRow
+	for rows.Next() {
+		var i OutboxClaimPassedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.LeaseVersion,
+			&i.Attempts,
+			&i.Ordered,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxClaimPassedOrdered = `-- name: OutboxClaimPassedOrdered :many
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = $1::text,
+       lease_until   = now() + $2::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+ WHERE o.id = ANY (ARRAY(
+        SELECT p.id
+          FROM outbox AS p
+         WHERE p.txid < pg_snapshot_xmax(($3::text)::pg_snapshot)
+           AND pg_visible_in_snapshot(p.txid, ($3::text)::pg_snapshot)
+           AND p.available_at <= $4::timestamptz
+           AND p.ordered
+           AND p.head
+           AND p.status = 'pending'
+         ORDER BY p.txid, p.id
+         LIMIT $5::integer
+           FOR UPDATE SKIP LOCKED))
+RETURNING o.id, o.lease_version, o.attempts, o.ordered
+`
+
+type OutboxClaimPassedOrderedParams struct {
+	Owner    string        `json:"owner"`
+	Lease    time.Duration `json:"lease"`
+	Snapshot string        `json:"snapshot"`
+	DueAfter time.Time     `json:"due_after"`
+	MaxRows  int32         `json:"max_rows"`
+}
+
+type OutboxClaimPassedOrderedRow struct {
+	ID           int64 `json:"id"`
+	LeaseVersion int64 `json:"lease_version"`
+	Attempts     int32 `json:"attempts"`
+	Ordered      bool  `json:"ordered"`
+}
+
+// OutboxClaimPassedOrdered is OutboxClaimPassed for ordered heads (each is
+// the only claimable row of its aggregate, so recovering it keeps the order).
+// Lock strategy: as OutboxClaimPassed. Index: outbox_ordered_txid.
+// 0 rows: nothing was passed (the normal case).
+func (q *Queries) OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]OutboxClaimPassedOrderedRow, error) {
+	rows, err := q.db.Query(ctx, outboxClaimPassedOrdered,
+		arg.Owner,
+		arg.Lease,
+		arg.Snapshot,
+		arg.DueAfter,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxClaimPassedOrderedRow
+	for rows.Next() {
+		var i OutboxClaimPassedOrderedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.LeaseVersion,
+			&i.Attempts,
+			&i.Ordered,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxClaimSnapshot = `-- name: OutboxClaimSnapshot :one
 
 SELECT pg_current_snapshot()::text AS snapshot,
@@ -357,7 +517,7 @@ type OutboxClaimWindowRow struct {
 // primary key through id = ANY(ARRAY(...)), as in OutboxClaim. A row found
 // locked by a concurrent claim is passed: that claim takes it. (Should that
 // claim roll back, the row is pending again behind the cursor; the caller's
-// periodic OutboxRequeuePassed returns it to the fresh lane.)
+// periodic OutboxClaimPassed recovers it.)
 // Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
 // 0 rows: nothing new is claimable since the cursor; with fewer rows than
 // @batch the window is exhausted and the caller advances the cursor.
@@ -447,85 +607,6 @@ UPDATE outbox
 // Rows affected: heads flagged; 0 is the normal case.
 func (q *Queries) OutboxRepairHeads(ctx context.Context) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxRepairHeads)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const outboxRequeuePassed = `-- name: OutboxRequeuePassed :execrows
-UPDATE outbox
-   SET txid = pg_current_xact_id()
- WHERE id = ANY (ARRAY(
-        SELECT p.id
-          FROM outbox AS p
-         WHERE p.txid < pg_snapshot_xmax(($1::text)::pg_snapshot)
-           AND pg_visible_in_snapshot(p.txid, ($1::text)::pg_snapshot)
-           AND p.available_at <= $2::timestamptz
-           AND p.status = 'pending'
-           AND NOT p.ordered
-         ORDER BY p.txid, p.id
-         LIMIT $3::integer
-           FOR UPDATE SKIP LOCKED))
-`
-
-type OutboxRequeuePassedParams struct {
-	Snapshot string    `json:"snapshot"`
-	DueAfter time.Time `json:"due_after"`
-	MaxRows  int32     `json:"max_rows"`
-}
-
-// OutboxRequeuePassed returns to the fresh lane the pending rows that a
-// cursor has passed without handing them out: rows found locked by a
-// concurrent claim that then rolled back (its dispatcher died inside the
-// claim), or rows made claimable in a way the stamp trigger cannot see (a
-// created_at set in the future by hand). It stamps them with the current
-// transaction's id, so every cursor sees them as new. A dispatcher runs it
-// now and then (Config.SweepInterval), with its cursor's @snapshot and
-// @due_after; it normally changes nothing.
-// This is the one query here that reads from the start of the pending rows,
-// so it pays for the dead entries a long snapshot leaves behind; it runs
-// apart from the claims, on the recovery lane, at most once per interval.
-// Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
-// claim's), then UPDATE by primary key.
-// Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
-// Rows affected: rows stamped; 0 is the normal case.
-func (q *Queries) OutboxRequeuePassed(ctx context.Context, arg OutboxRequeuePassedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxRequeuePassed, arg.Snapshot, arg.DueAfter, arg.MaxRows)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const outboxRequeuePassedOrdered = `-- name: OutboxRequeuePassedOrdered :execrows
-UPDATE outbox
-   SET txid = pg_current_xact_id()
- WHERE id = ANY (ARRAY(
-        SELECT p.id
-          FROM outbox AS p
-         WHERE p.txid < pg_snapshot_xmax(($1::text)::pg_snapshot)
-           AND pg_visible_in_snapshot(p.txid, ($1::text)::pg_snapshot)
-           AND p.available_at <= $2::timestamptz
-           AND p.ordered
-           AND p.head
-           AND p.status = 'pending'
-         ORDER BY p.txid, p.id
-         LIMIT $3::integer
-           FOR UPDATE SKIP LOCKED))
-`
-
-type OutboxRequeuePassedOrderedParams struct {
-	Snapshot string    `json:"snapshot"`
-	DueAfter time.Time `json:"due_after"`
-	MaxRows  int32     `json:"max_rows"`
-}
-
-// OutboxRequeuePassedOrdered is OutboxRequeuePassed for ordered heads.
-// Lock strategy: FOR UPDATE SKIP LOCKED, then UPDATE by primary key.
-// Index: outbox_ordered_txid. Rows affected: heads stamped; normally 0.
-func (q *Queries) OutboxRequeuePassedOrdered(ctx context.Context, arg OutboxRequeuePassedOrderedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxRequeuePassedOrdered, arg.Snapshot, arg.DueAfter, arg.MaxRows)
 	if err != nil {
 		return 0, err
 	}

@@ -207,14 +207,15 @@ type Config struct {
 	// some). Defaults to 1s.
 	ReapInterval time.Duration
 
-	// SweepInterval is how often the recovery lane runs OutboxRequeuePassed:
-	// unordered claims start from a cursor (queries/window.sql) and pass rows
-	// that a concurrent claim held; should that claim roll back (its process
-	// died inside the claim), the sweep puts such rows back in front of the
-	// cursor. It is the one statement that reads the pending rows from their
+	// SweepInterval is how often the recovery lane runs OutboxClaimPassed:
+	// claims start from a cursor (queries/window.sql) and pass rows that a
+	// concurrent claim held; should that claim roll back (its process died
+	// inside the claim, or it failed on one of its rows), the sweep claims
+	// such rows and publishes each alone, like a recovered lease. It is the one statement that reads the pending rows from their
 	// start, so under a long-held snapshot it costs what every claim used to
 	// cost, once per interval, off the claim path. It bounds how late such a
-	// row can be. Defaults to 30s.
+	// row can be, and how long an ordered aggregate whose head was lost
+	// outside the triggers (OutboxRepairHeads) waits. Defaults to 30s.
 	SweepInterval time.Duration
 
 	// ReapGrace is how long after a lease expired, with every attempt

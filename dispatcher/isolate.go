@@ -185,7 +185,7 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 	if err := d.resolveHeads(ctx); err != nil {
 		return err
 	}
-	if err := d.sweepBehindCursor(ctx); err != nil {
+	if err := d.sweepBehindCursor(ctx, hardCtx, sink, rel); err != nil {
 		return err
 	}
 	for ctx.Err() == nil && !d.stopping.Load() {

@@ -35,7 +35,7 @@ type Stats struct {
 	Flushes       int64 // batched finalize statements
 	Isolations    int64 // claims that failed and fell back to the isolation path
 	Unreadable    int64 // messages sent to dead because their row could not be read
-	Requeued      int64 // pending messages the claim cursor had passed, returned to it by the sweep (normally 0)
+	Requeued      int64 // pending messages the claim cursor had passed, recovered by the sweep, and heads repaired (normally 0)
 
 	Queue QueueStats // last refresh of the monitoring gauges
 }

@@ -78,6 +78,27 @@ func (c claimCursor) advance(pre db.OutboxClaimSnapshotRow, rows []windowRow, ba
 	return c
 }
 
+// abandon handles a window claim that failed on a row (a payload that cannot
+// be returned: a data or resource error) or timed out. Such a claim fails
+// the same way every time it is retried, and its statement may go on holding
+// the rows' locks on the server for a while after the client gave up. So the
+// window is given up: the cursor moves past it as if it had been handed out,
+// and the recovery lane's sweep, forced at its next pass, claims its rows
+// without payloads (OutboxClaimPassed) and publishes each alone, so the one
+// bad row fails only itself (rows still locked are taken at a later sweep).
+// Any other error (the connection) leaves the cursor as it was.
+func (d *Dispatcher) abandon(ctx context.Context, w *windowState, cur claimCursor, pre db.OutboxClaimSnapshotRow, err error) {
+	if !isRowError(err) && !isTimeout(ctx, err) {
+		return
+	}
+	w.mu.Lock()
+	w.cur = claimCursor{lower: cur.upper, lowerXmax: cur.upperXmax, dueAfter: pre.At}
+	w.mu.Unlock()
+	d.window.mu.Lock()
+	d.window.lastSweep = time.Time{}
+	d.window.mu.Unlock()
+}
+
 // windowState is the cursor shared by the claim loop (which moves it) and
 // the recovery lane (which sweeps behind it).
 type windowState struct {
@@ -113,6 +134,7 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease,
 	})
 	if err != nil {
+		d.abandon(ctx, &d.window, cur, pre, err)
 		return 0, err
 	}
 	keys := make([]windowRow, len(rows))
@@ -146,6 +168,7 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, jobs chan<- *job) 
 		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease,
 	})
 	if err != nil {
+		d.abandon(ctx, &d.windowOrd, cur, pre, err)
 		return 0, err
 	}
 	keys := make([]windowRow, len(rows))
@@ -163,14 +186,15 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, jobs chan<- *job) 
 }
 
 // sweepBehindCursor runs the cursors' safety nets at most once per
-// Config.SweepInterval: OutboxRequeuePassed / OutboxRequeuePassedOrdered put
-// pending rows a cursor passed without anybody claiming them (a concurrent
-// claim that held them rolled back) back in front of it, and
+// Config.SweepInterval: OutboxClaimPassed / OutboxClaimPassedOrdered claim
+// the pending rows a cursor passed without anybody claiming them (a
+// concurrent claim that held them rolled back, or failed on one of them),
+// and this lane publishes each alone, as it does recovered leases; and
 // OutboxRepairHeads flags heads the triggers could not (see its comment).
 // They read from the start of the pending rows or of each aggregate, so they
 // pay what a claim used to pay under a long snapshot, but once per interval
 // and on the recovery lane, never in front of fresh work.
-func (d *Dispatcher) sweepBehindCursor(ctx context.Context) error {
+func (d *Dispatcher) sweepBehindCursor(ctx, hardCtx context.Context, sink doneSink, rel *releaser) error {
 	d.window.mu.Lock()
 	due := time.Since(d.window.lastSweep) >= d.cfg.SweepInterval
 	if due {
@@ -181,12 +205,12 @@ func (d *Dispatcher) sweepBehindCursor(ctx context.Context) error {
 		return nil
 	}
 	if d.cfg.Claim != ClaimOrderedOnly {
-		if err := d.requeuePassed(ctx, d.window.get(), d.requeueUnordered); err != nil {
+		if err := d.claimPassed(ctx, hardCtx, sink, rel, d.window.get(), false); err != nil {
 			return err
 		}
 	}
 	if d.cfg.Claim != ClaimUnorderedOnly {
-		if err := d.requeuePassed(ctx, d.windowOrd.get(), d.requeueOrdered); err != nil {
+		if err := d.claimPassed(ctx, hardCtx, sink, rel, d.windowOrd.get(), true); err != nil {
 			return err
 		}
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
@@ -199,6 +223,63 @@ func (d *Dispatcher) sweepBehindCursor(ctx context.Context) error {
 			d.metrics.requeued.Add(n)
 			d.log.Warn("flagged the heads of aggregates whose head was not flagged", slog.Int64("count", n))
 			d.wakeUp()
+		}
+	}
+	return nil
+}
+
+// claimPassed claims the rows cur passed (OutboxClaimPassed[Ordered]) and
+// publishes each alone, like a recovered lease.
+func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, rel *releaser, cur claimCursor, ordered bool) error {
+	if cur.lower == cursorStart {
+		return nil // nothing passed yet
+	}
+	for ctx.Err() == nil && !d.stopping.Load() {
+		start := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+		var rows []claimedRow
+		var err error
+		if ordered {
+			var got []db.OutboxClaimPassedOrderedRow
+			got, err = d.q.OutboxClaimPassedOrdered(sctx, db.OutboxClaimPassedOrderedParams{
+				Snapshot: cur.lower, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows),
+				Owner: d.cfg.Owner, Lease: d.cfg.Lease,
+			})
+			for _, r := range got {
+				rows = append(rows, claimedRow{r.ID, r.LeaseVersion, r.Attempts, r.Ordered})
+			}
+		} else {
+			var got []db.OutboxClaimPassedRow
+			got, err = d.q.OutboxClaimPassed(sctx, db.OutboxClaimPassedParams{
+				Snapshot: cur.lower, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows),
+				Owner: d.cfg.Owner, Lease: d.cfg.Lease,
+			})
+			for _, r := range got {
+				rows = append(rows, claimedRow{r.ID, r.LeaseVersion, r.Attempts, r.Ordered})
+			}
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("claim passed: %w", err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		d.metrics.requeued.Add(int64(len(rows)))
+		d.metrics.claimed(ctx, len(rows))
+		d.log.Warn("recovering pending messages the claim cursor had passed (a claim that held them failed or rolled back)",
+			slog.Int("count", len(rows)), slog.Bool("ordered", ordered))
+		deadline := start.Add(d.cfg.Lease)
+		for _, r := range rows {
+			j := d.readClaimed(ctx, r, deadline, rel)
+			if j == nil {
+				continue
+			}
+			d.inFlight.Add(1)
+			d.runJob(hardCtx, j, sink, rel)
+		}
+		if len(rows) < sweepRows {
+			return nil
 		}
 	}
 	return nil
@@ -227,40 +308,5 @@ func (d *Dispatcher) resolveHeads(ctx context.Context) error {
 	return nil
 }
 
-// requeueFunc runs one OutboxRequeuePassed-like statement.
-type requeueFunc func(ctx context.Context, snapshot string, dueAfter time.Time, maxRows int32) (int64, error)
-
-func (d *Dispatcher) requeueUnordered(ctx context.Context, snapshot string, dueAfter time.Time, maxRows int32) (int64, error) {
-	return d.q.OutboxRequeuePassed(ctx, db.OutboxRequeuePassedParams{Snapshot: snapshot, DueAfter: dueAfter, MaxRows: maxRows})
-}
-
-func (d *Dispatcher) requeueOrdered(ctx context.Context, snapshot string, dueAfter time.Time, maxRows int32) (int64, error) {
-	return d.q.OutboxRequeuePassedOrdered(ctx, db.OutboxRequeuePassedOrderedParams{Snapshot: snapshot, DueAfter: dueAfter, MaxRows: maxRows})
-}
-
-func (d *Dispatcher) requeuePassed(ctx context.Context, cur claimCursor, requeue requeueFunc) error {
-	if cur.lower == cursorStart {
-		return nil // nothing passed yet
-	}
-	for ctx.Err() == nil {
-		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-		n, err := requeue(sctx, cur.lower, cur.dueAfter, int32(sweepRows))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("requeue passed: %w", err)
-		}
-		if n > 0 {
-			d.metrics.requeued.Add(n)
-			d.log.Warn("returned pending messages the claim cursor had passed to the fresh lane",
-				slog.Int64("count", n))
-			d.wakeUp()
-		}
-		if n < sweepRows {
-			return nil
-		}
-	}
-	return nil
-}
-
-// sweepRows bounds one OutboxRequeuePassed statement.
+// sweepRows bounds one OutboxClaimPassed or OutboxResolveHeads statement.
 const sweepRows = 1000

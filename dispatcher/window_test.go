@@ -11,7 +11,8 @@ import (
 // The claim cursor passes a row that a concurrent claim holds: that claim
 // takes it. When that claim rolls back instead (its process died inside the
 // statement), the row is pending behind the cursor, and the recovery lane's
-// sweep (OutboxRequeuePassed, every SweepInterval) puts it back in front.
+// sweep (OutboxClaimPassed, every SweepInterval) claims it and publishes it
+// alone.
 func TestWindow_RowPassedWhileAnotherClaimHeldItIsDeliveredAfterTheSweep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -36,7 +37,7 @@ func TestWindow_RowPassedWhileAnotherClaimHeldItIsDeliveredAfterTheSweep(t *test
 	}
 	waitFor(t, 10*time.Second, "the row the cursor passed", func() bool { return rec.count(ids[0]) == 1 })
 	if got := d.Stats().Requeued; got < 1 {
-		t.Fatalf("Stats().Requeued = %d, want >= 1 (the sweep returned the row)", got)
+		t.Fatalf("Stats().Requeued = %d, want >= 1 (the sweep recovered the row)", got)
 	}
 }
 

@@ -250,7 +250,7 @@ DECLARE
     n   integer;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'outbox_resolve_heads must run read committed, not %', current_setting('transaction_isolation');
+        RAISE EXCEPTION 'deciding heads needs read committed, not %', current_setting('transaction_isolation');
     END IF;
     SELECT array_agg(u.id) INTO ids
       FROM (SELECT u.id

@@ -65,7 +65,7 @@ SELECT pg_current_snapshot()::text AS snapshot,
 -- primary key through id = ANY(ARRAY(...)), as in OutboxClaim. A row found
 -- locked by a concurrent claim is passed: that claim takes it. (Should that
 -- claim roll back, the row is pending again behind the cursor; the caller's
--- periodic OutboxRequeuePassed returns it to the fresh lane.)
+-- periodic OutboxClaimPassed recovers it.)
 -- Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
 -- 0 rows: nothing new is claimable since the cursor; with fewer rows than
 -- @batch the window is exhausted and the caller advances the cursor.
@@ -144,25 +144,35 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
   FROM claimed AS c
  ORDER BY c.txid, c.id;
 
--- OutboxRequeuePassed returns to the fresh lane the pending rows that a
--- cursor has passed without handing them out: rows found locked by a
--- concurrent claim that then rolled back (its dispatcher died inside the
--- claim), or rows made claimable in a way the stamp trigger cannot see (a
--- created_at set in the future by hand). It stamps them with the current
--- transaction's id, so every cursor sees them as new. A dispatcher runs it
--- now and then (Config.SweepInterval), with its cursor's @snapshot and
--- @due_after; it normally changes nothing.
--- This is the one query here that reads from the start of the pending rows,
--- so it pays for the dead entries a long snapshot leaves behind; it runs
--- apart from the claims, on the recovery lane, at most once per interval.
+-- OutboxClaimPassed claims, without their payloads, the pending unordered
+-- rows that a cursor has passed without handing them out: rows found locked
+-- by a concurrent claim that then rolled back — its process died inside the
+-- claim, or the claim failed or timed out on one of its rows (a payload that
+-- cannot be returned) and its statement still held the rows while the
+-- cursors moved on — and rows made claimable in a way the stamp trigger
+-- cannot see (a created_at set in the future by hand). Such rows are
+-- suspects, so the dispatcher treats them like recovered leases: its
+-- recovery lane reads each one alone (OutboxIsolateRead) and publishes it
+-- alone, so the one row that failed a claim fails only itself. A dispatcher
+-- runs it now and then (Config.SweepInterval) with its cursor's lower
+-- @snapshot and @due_after; it normally claims nothing.
+-- This is the one unordered query that reads from the start of the pending
+-- rows, so it pays for the dead entries a long snapshot leaves behind; it
+-- runs apart from the claims, on the recovery lane, once per interval.
 -- Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
--- claim's), then UPDATE by primary key.
+-- claim's; a row still held by a failed claim's statement is taken at a
+-- later sweep), then UPDATE by primary key, writing the lease as every claim
+-- does (lease_version + 1, attempts + 1).
 -- Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
--- Rows affected: rows stamped; 0 is the normal case.
--- name: OutboxRequeuePassed :execrows
-UPDATE outbox
-   SET txid = pg_current_xact_id()
- WHERE id = ANY (ARRAY(
+-- 0 rows: nothing was passed (the normal case).
+-- name: OutboxClaimPassed :many
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = @owner::text,
+       lease_until   = now() + @lease::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+ WHERE o.id = ANY (ARRAY(
         SELECT p.id
           FROM outbox AS p
          WHERE p.txid < pg_snapshot_xmax((@snapshot::text)::pg_snapshot)
@@ -172,7 +182,8 @@ UPDATE outbox
            AND NOT p.ordered
          ORDER BY p.txid, p.id
          LIMIT @max_rows::integer
-           FOR UPDATE SKIP LOCKED));
+           FOR UPDATE SKIP LOCKED))
+RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 
 -- OutboxClaimOrderedWindow claims up to @batch ordered heads that are new to
 -- the cursor: the same cursor, lanes and order as OutboxClaimWindow, over
@@ -270,13 +281,18 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
   FROM claimed AS c
  ORDER BY c.txid, c.id;
 
--- OutboxRequeuePassedOrdered is OutboxRequeuePassed for ordered heads.
--- Lock strategy: FOR UPDATE SKIP LOCKED, then UPDATE by primary key.
--- Index: outbox_ordered_txid. Rows affected: heads stamped; normally 0.
--- name: OutboxRequeuePassedOrdered :execrows
-UPDATE outbox
-   SET txid = pg_current_xact_id()
- WHERE id = ANY (ARRAY(
+-- OutboxClaimPassedOrdered is OutboxClaimPassed for ordered heads (each is
+-- the only claimable row of its aggregate, so recovering it keeps the order).
+-- Lock strategy: as OutboxClaimPassed. Index: outbox_ordered_txid.
+-- 0 rows: nothing was passed (the normal case).
+-- name: OutboxClaimPassedOrdered :many
+UPDATE outbox AS o
+   SET status        = 'processing',
+       lease_owner   = @owner::text,
+       lease_until   = now() + @lease::interval,
+       lease_version = o.lease_version + 1,
+       attempts      = o.attempts + 1
+ WHERE o.id = ANY (ARRAY(
         SELECT p.id
           FROM outbox AS p
          WHERE p.txid < pg_snapshot_xmax((@snapshot::text)::pg_snapshot)
@@ -287,7 +303,8 @@ UPDATE outbox
            AND p.status = 'pending'
          ORDER BY p.txid, p.id
          LIMIT @max_rows::integer
-           FOR UPDATE SKIP LOCKED));
+           FOR UPDATE SKIP LOCKED))
+RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 
 -- OutboxResolveHeads decides the head flag of up to @max_rows rows that
 -- REPEATABLE READ or SERIALIZABLE producers left undecided (head IS NULL;

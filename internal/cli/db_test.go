@@ -125,7 +125,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	mustContain(t, r, "stdout", "applied  00004_outbox_commit_order.sql")
 	mustContain(t, r, "stdout", "applied  00005_outbox_claim_window.sql")
 	mustContain(t, r, "stdout", "schema at version 5")
-	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_notify:row:outbox_notify_throttled" {
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_head_handoff:row:outbox_head_handoff,outbox_notify:row:outbox_notify_throttled" {
 		t.Errorf("triggers at version 5: %q", got)
 	}
 
@@ -173,7 +173,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	wantCode(t, r, ExitFailure)
 	// The table check comes first: at version 2 the table lacks 00004's
 	// and 00005's columns, and the message says what to run.
-	mustContain(t, r, "stderr", "lacks the columns seq, txid: apply the newer pgoutbox migrations (pgoutbox migrate up")
+	mustContain(t, r, "stderr", "lacks the columns seq, txid, head: apply the newer pgoutbox migrations (pgoutbox migrate up")
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)
