@@ -25,6 +25,7 @@ type Dispatcher struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	tokens  *claimTokens // the lease_owner of each claim (owner.go)
 
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
@@ -69,6 +70,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		cfg:         cfg,
 		log:         cfg.Logger.With(slog.String("owner", cfg.Owner)),
 		metrics:     m,
+		tokens:      newClaimTokens(cfg.Owner),
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency),
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
@@ -77,8 +79,15 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	return d, nil
 }
 
-// Owner is the lease_owner this dispatcher writes.
+// Owner is this dispatcher's name (Config.Owner). Every lease_owner it
+// writes starts with Owner() + "/" followed by its run id: OwnerPrefix.
 func (d *Dispatcher) Owner() string { return d.cfg.Owner }
+
+// OwnerPrefix is the start of every lease_owner this Dispatcher writes
+// (Owner, "/", its run id, "."), for finding its rows:
+// WHERE lease_owner LIKE prefix || '%' (escape the LIKE wildcards of a
+// custom Owner) or starts_with(lease_owner, prefix).
+func (d *Dispatcher) OwnerPrefix() string { return d.tokens.prefix }
 
 // Run dispatches until ctx ends, then shuts down gracefully: it stops
 // claiming, hands back claimed messages it has not started (fenced, attempt
@@ -196,6 +205,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 type job struct {
 	id           int64
 	leaseVersion int64
+	leaseOwner   string // with leaseVersion, the fencing token of every write
 	attempts     int32
 	deadline     time.Time // local monotonic estimate of lease_until (never later than it)
 	msg          Message
@@ -320,8 +330,9 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, cursor *string, jo
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	defer cancel()
+	owner := d.tokens.next()
 	rows, err := d.q.OutboxClaimOrdered(cctx, db.OutboxClaimOrderedParams{
-		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
+		Owner: owner, Batch: int32(n), Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
 		AfterAggregateID: *cursor, RecoverExpired: false,
 	})
 	if err != nil {
@@ -332,7 +343,7 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, cursor *string, jo
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
 		last = max(last, r.AggregateID)
-		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
 			r.EventType, r.Payload, r.Headers, r.CreatedAt, true))
 	}
 	// Round-robin over aggregates: continue after the last one served; wrap
@@ -360,11 +371,12 @@ func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
 // main pipeline, the recovery lane, the isolation path) builds its job here,
 // so every message carries the dispatcher's Source: a message published
 // again after a takeover must keep its idempotency key.
-func (d *Dispatcher) newJob(id, leaseVersion int64, attempts int32, deadline time.Time,
+func (d *Dispatcher) newJob(id, leaseVersion int64, leaseOwner string, attempts int32, deadline time.Time,
 	aggregateType, aggregateID, eventType string, payload, headers []byte, createdAt time.Time, ordered bool) *job {
 	return &job{
 		id:           id,
 		leaseVersion: leaseVersion,
+		leaseOwner:   leaseOwner,
 		attempts:     attempts,
 		deadline:     deadline,
 		msg: Message{

@@ -88,9 +88,10 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 		return 0, err
 	}
 	cur := d.window.get()
+	owner := d.tokens.next()
 	rows, err := d.q.OutboxClaimWindow(cctx, db.OutboxClaimWindowParams{
 		Snapshot: cur.snapshot, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
-		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease,
+		Owner: owner, Batch: int32(n), Lease: d.cfg.Lease,
 	})
 	if err != nil {
 		return 0, err
@@ -99,7 +100,7 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 	deadline := start.Add(d.cfg.Lease)
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
-		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
 			r.EventType, r.Payload, r.Headers, r.CreatedAt, false))
 	}
 	return len(rows), nil
