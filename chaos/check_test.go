@@ -47,11 +47,11 @@ func clean() History {
 	}
 	claim := func(id int64, lv int64, from, owner string, ms int) Transition {
 		return Transition{ID: id, OldStatus: from, NewStatus: "processing", OldLV: lv - 1, NewLV: lv, OldAttempts: int(lv - 1), NewAttempts: int(lv),
-			NewOwner: owner, App: owner, At: at(ms)}
+			NewOwner: owner + "/00c0ffee00c0ffee.7", App: owner, At: at(ms)} // lease_owner as the dispatcher writes it
 	}
 	fin := func(id int64, lv int64, to, owner string, ms int) Transition {
 		return Transition{ID: id, OldStatus: "processing", NewStatus: to, OldLV: lv, NewLV: lv, OldAttempts: int(lv), NewAttempts: int(lv),
-			OldOwner: owner, App: owner, At: at(ms)}
+			OldOwner: owner + "/00c0ffee00c0ffee.7", App: owner, At: at(ms)}
 	}
 	h.Audit = []Transition{
 		claim(1, 1, "pending", "relay-1.1", 90), fin(1, 1, "done", "relay-1.1", 110),
