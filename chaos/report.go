@@ -157,6 +157,13 @@ for what is checked and how.
 	shortBegin = "<!-- chaos:short:begin -->"
 	shortEnd   = "<!-- chaos:short:end -->"
 
+	failoverIntro = `A second cluster streams from the suite's primary (` + "`pg_basebackup -R`" + `) as a
+synchronous standby; relays, producers and the suite connect through a
+multi-host URL (` + "`target_session_attrs=read-write`" + `). Mid-run the primary is
+stopped hard and the standby promoted; the other faults run as in
+` + "`make chaos`" + `, without PostgreSQL restarts.
+
+`
 	failoverBegin = "<!-- chaos:failover:begin -->"
 	failoverEnd   = "<!-- chaos:failover:end -->"
 )
@@ -175,7 +182,8 @@ func writeReliability(path, section string, fg *figures, text string) error {
 			"## Short run (CI, ≤ 5 minutes): `make chaos`\n\n" + shortBegin + "\n(not recorded yet)\n" + shortEnd + "\n"
 	}
 	if !strings.Contains(doc, failoverBegin) {
-		doc += "\n## Failover run (synchronous standby promoted mid-run): `make chaos-failover`\n\n" +
+		doc = strings.TrimRight(doc, "\n") + "\n\n## Failover run (synchronous standby promoted mid-run): `make chaos-failover`\n\n" +
+			failoverIntro +
 			failoverBegin + "\n(not recorded yet)\n" + failoverEnd + "\n"
 	}
 	begin, end := shortBegin, shortEnd
