@@ -74,7 +74,7 @@ func pgbenchScript(batch int) string {
 	done := strings.NewReplacer(
 		"@ids::bigint[]", ":ids::bigint[]",
 		"@lease_versions::bigint[]", ":vers::bigint[]",
-		"@lease_owners::text[]", "array_fill('pgbench'::text, ARRAY[cardinality(:ids::bigint[])])",
+		"@lease_owners::text[]", "array_fill('pgbench'::text, ARRAY[coalesce(cardinality(:ids::bigint[]), 0)])",
 	).Replace(querySQL("OutboxMarkDoneMany"))
 	oneLine := func(s string) string {
 		// pgbench reads one SQL command up to the semicolon; keep it tidy.
