@@ -161,6 +161,9 @@ func TestFailover_LostClaimOnAsyncStandbyCannotFinalize(t *testing.T) {
 	d, err := dispatcher.New(pool, pub, dispatcher.Config{
 		Owner: "relay", Batch: 1, Concurrency: 2, Lease: time.Minute, PublishTimeout: 50 * time.Second,
 		PollInterval: 50 * time.Millisecond, ClaimTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		// The lost claim's row lies behind the claim cursor (it was handed
+		// out before the failover): the sweep brings it back (30s by default).
+		SweepInterval: 500 * time.Millisecond,
 		Claim: dispatcher.ClaimUnorderedOnly, Logger: quietLogger(t),
 		OnLeaseLost: func(outboxID, leaseVersion int64) { lost <- leaseVersion },
 	})
@@ -202,7 +205,9 @@ func TestFailover_LostClaimOnAsyncStandbyCannotFinalize(t *testing.T) {
 	if err := standby.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
+	promoted := time.Now()
 	second := pub.next(t, 60*time.Second, "the second delivery (claim on the promoted standby)")
+	t.Logf("re-claimed on the new primary %s after the promotion", time.Since(promoted).Round(time.Millisecond))
 	reclaimed, err := readRow(ctx, standby.URL(), id)
 	if err != nil {
 		t.Fatal(err)
