@@ -164,7 +164,7 @@ func TestFailover_LostClaimOnAsyncStandbyCannotFinalize(t *testing.T) {
 		// The lost claim's row lies behind the claim cursor (it was handed
 		// out before the failover): the sweep brings it back (30s by default).
 		SweepInterval: 500 * time.Millisecond,
-		Claim: dispatcher.ClaimUnorderedOnly, Logger: quietLogger(t),
+		Claim:         dispatcher.ClaimUnorderedOnly, Logger: quietLogger(t),
 		OnLeaseLost: func(outboxID, leaseVersion int64) { lost <- leaseVersion },
 	})
 	if err != nil {
