@@ -161,11 +161,11 @@ func TestFailover_LostClaimOnAsyncStandbyCannotFinalize(t *testing.T) {
 	d, err := dispatcher.New(pool, pub, dispatcher.Config{
 		Owner: "relay", Batch: 1, Concurrency: 2, Lease: time.Minute, PublishTimeout: 50 * time.Second,
 		PollInterval: 50 * time.Millisecond, ClaimTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		Claim: dispatcher.ClaimUnorderedOnly, Logger: quietLogger(t),
 		// The lost claim's row lies behind the claim cursor (it was handed
 		// out before the failover): the sweep brings it back (30s by default).
 		SweepInterval: 500 * time.Millisecond,
-		Claim:         dispatcher.ClaimUnorderedOnly, Logger: quietLogger(t),
-		OnLeaseLost: func(outboxID, leaseVersion int64) { lost <- leaseVersion },
+		OnLeaseLost:   func(outboxID, leaseVersion int64) { lost <- leaseVersion },
 	})
 	if err != nil {
 		t.Fatal(err)
