@@ -119,6 +119,7 @@ type Result struct {
 	FencingViolations        int
 	RolledBackDelivered      int
 	Claims, Recoveries       int
+	Requeues                 int // the claim cursor's sweep returning a passed pending row to the fresh lane
 	UncertainCommitted       int
 	UncertainRolledBack      int
 	OrderedEvents, Aggregate int
@@ -434,6 +435,10 @@ func Check(h History) *Result {
 					r.FencingViolations++
 					r.fail("stale-owner-write", "id %d: %s -> %s (lease_version %d) owned by %s but written by %s", id, t.OldStatus, t.NewStatus, t.OldLV, t.OldOwner, t.App)
 				}
+			case t.OldStatus == "pending" && t.NewStatus == "pending" && t.NewLV == t.OldLV && t.NewAttempts == t.OldAttempts:
+				// The claim cursor's sweep (OutboxRequeuePassed) restamps a
+				// passed pending row's txid: no delivery state changes.
+				r.Requeues++
 			default:
 				// pending/done/dead rows change only through a claim (no
 				// operator redrive runs during chaos).

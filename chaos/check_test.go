@@ -141,6 +141,9 @@ func TestCheckDetectsEachViolation(t *testing.T) {
 		{"unfenced write to a pending row", "unfenced-write", func(h *History) {
 			h.Audit = append(h.Audit, Transition{ID: 8, OldStatus: "pending", NewStatus: "done", OldLV: 1, NewLV: 1, At: at(111)})
 		}},
+		{"pending row's attempts changed without a claim", "unfenced-write", func(h *History) {
+			h.Audit = append(h.Audit, Transition{ID: 8, OldStatus: "pending", NewStatus: "pending", OldLV: 1, NewLV: 1, OldAttempts: 1, NewAttempts: 0, At: at(111)})
+		}},
 		{"done row changed", "unfenced-write", func(h *History) {
 			h.Audit = append(h.Audit, Transition{ID: 8, OldStatus: "done", NewStatus: "pending", OldLV: 1, NewLV: 1, At: at(9999)})
 		}},
@@ -164,6 +167,19 @@ func TestCheckDetectsEachViolation(t *testing.T) {
 				t.Fatalf("violation %q not detected; got:\n%s", tc.invariant, r.Summary())
 			}
 		})
+	}
+}
+
+// The claim cursor's sweep (OutboxRequeuePassed) restamps a passed pending
+// row's txid: audited as pending -> pending with nothing else changed. It is
+// counted, not a violation.
+func TestCheckCountsSweepRequeuesAsNoViolation(t *testing.T) {
+	h := clean()
+	h.Audit = append(h.Audit, Transition{ID: 8, OldStatus: "pending", NewStatus: "pending", OldLV: 1, NewLV: 1,
+		OldAttempts: 1, NewAttempts: 1, App: "relay-1.1", At: at(2950)})
+	r := Check(h)
+	if !r.OK() || r.Requeues != 1 {
+		t.Fatalf("requeues %d, want 1 and no violation:\n%s", r.Requeues, r.Summary())
 	}
 }
 

@@ -73,7 +73,7 @@ func summary(fg *figures) string {
 	p("  lost                     %d", r.Lost)
 	p("  order violations         %d", r.OrderViolations)
 	p("  by version               %d of %d versioned ordered events first delivered before a lower version of their aggregate", r.VersionViolations, r.VersionedEvents)
-	p("  fencing violations       %d  (%d audited updates, %d claims, %d lease takeovers)", r.FencingViolations, fg.auditRows, r.Claims, r.Recoveries)
+	p("  fencing violations       %d  (%d audited updates, %d claims, %d lease takeovers, %d sweep requeues)", r.FencingViolations, fg.auditRows, r.Claims, r.Recoveries, r.Requeues)
 	p("  duplicates               %d  (%s)", r.Duplicates, joinCounts(r.DuplicatesBy))
 	answers := map[string]int{}
 	for code, n := range r.AnswersBy {
