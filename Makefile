@@ -7,7 +7,7 @@ GO       ?= go
 SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc
 PKGS     := ./...
 
-.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long build
+.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long chaos-failover build
 
 all: verify test
 
@@ -48,6 +48,16 @@ chaos:
 ## chaos-long: 32 minutes of faults, 200,000 events; writes RELIABILITY.md
 chaos-long:
 	$(GO) run ./chaos -seed 42 -duration 32m -events 200000 -relays 4 -drain-timeout 10m -out RELIABILITY.md -section long
+
+## chaos-failover: the fault-injection suite with a synchronous streaming
+## standby (pg_basebackup -R): mid-run the primary is stopped hard and the
+## standby promoted; relays and producers follow through a multi-host URL
+## (target_session_attrs=read-write). 0 lost, 0 stale writes, every
+## duplicate explained, or it exits non-zero. Figures to $(CHAOS_FAILOVER_OUT)
+## (`make chaos-failover CHAOS_FAILOVER_OUT=RELIABILITY.md` records them).
+CHAOS_FAILOVER_OUT ?= $(or $(TMPDIR),/tmp)/pgoutbox-RELIABILITY-failover.md
+chaos-failover:
+	$(GO) run ./chaos -failover -seed $(CHAOS_SEED) -duration 90s -events 30000 -relays 4 -drain-timeout 2m -out $(CHAOS_FAILOVER_OUT) -section failover
 
 ## bench: the benchmark suite (nested module bench/, one throwaway PostgreSQL,
 ## under 10 minutes); writes BENCHMARKS.md and docs/bench/*.png

@@ -119,6 +119,7 @@ type Result struct {
 	FencingViolations        int
 	RolledBackDelivered      int
 	Claims, Recoveries       int
+	Requeues                 int // pending rows flagged head and stamped (hand-off, resolve, repair): no delivery state change
 	UncertainCommitted       int
 	UncertainRolledBack      int
 	OrderedEvents, Aggregate int
@@ -418,7 +419,7 @@ func Check(h History) *Result {
 					r.FencingViolations++
 					r.fail("claim-of-final-row", "id %d: claimed from status %s", id, t.OldStatus)
 				}
-				if h.AuditByApp && t.App != t.NewOwner {
+				if h.AuditByApp && t.App != relayOf(t.NewOwner) {
 					r.FencingViolations++
 					r.fail("claim-by-other", "id %d: claim for %s written by %s", id, t.NewOwner, t.App)
 				}
@@ -430,10 +431,16 @@ func Check(h History) *Result {
 					r.fail("fenced-write-moved-token", "id %d: %s -> %s moved lease_version %d -> %d", id, t.OldStatus, t.NewStatus, t.OldLV, t.NewLV)
 				}
 				reap := t.NewStatus == "dead" && strings.HasPrefix(t.NewLastError, reapError)
-				if h.AuditByApp && !reap && t.App != t.OldOwner {
+				if h.AuditByApp && !reap && t.App != relayOf(t.OldOwner) {
 					r.FencingViolations++
 					r.fail("stale-owner-write", "id %d: %s -> %s (lease_version %d) owned by %s but written by %s", id, t.OldStatus, t.NewStatus, t.OldLV, t.OldOwner, t.App)
 				}
+			case t.OldStatus == "pending" && t.NewStatus == "pending" && t.NewLV == t.OldLV && t.NewAttempts == t.OldAttempts:
+				// A pending row flagged head and stamped with a txid (the
+				// hand-off when the head before it is done, OutboxResolveHeads,
+				// OutboxRepairHeads; migration 00005): no delivery state
+				// changes.
+				r.Requeues++
 			default:
 				// pending/done/dead rows change only through a claim (no
 				// operator redrive runs during chaos).
@@ -451,6 +458,16 @@ func Check(h History) *Result {
 		}
 	}
 	return r
+}
+
+// relayOf is the relay (its --owner, which is also its application_name)
+// that wrote a lease_owner: the dispatcher writes "<owner>/<run id>.<claim
+// number>", unique to each claim.
+func relayOf(leaseOwner string) string {
+	if i := strings.LastIndex(leaseOwner, "/"); i >= 0 {
+		return leaseOwner[:i]
+	}
+	return leaseOwner
 }
 
 // duplicateCause explains why an id was accepted more than once: some claim

@@ -47,11 +47,11 @@ func clean() History {
 	}
 	claim := func(id int64, lv int64, from, owner string, ms int) Transition {
 		return Transition{ID: id, OldStatus: from, NewStatus: "processing", OldLV: lv - 1, NewLV: lv, OldAttempts: int(lv - 1), NewAttempts: int(lv),
-			NewOwner: owner, App: owner, At: at(ms)}
+			NewOwner: owner + "/00c0ffee00c0ffee.7", App: owner, At: at(ms)} // lease_owner as the dispatcher writes it
 	}
 	fin := func(id int64, lv int64, to, owner string, ms int) Transition {
 		return Transition{ID: id, OldStatus: "processing", NewStatus: to, OldLV: lv, NewLV: lv, OldAttempts: int(lv), NewAttempts: int(lv),
-			OldOwner: owner, App: owner, At: at(ms)}
+			OldOwner: owner + "/00c0ffee00c0ffee.7", App: owner, At: at(ms)}
 	}
 	h.Audit = []Transition{
 		claim(1, 1, "pending", "relay-1.1", 90), fin(1, 1, "done", "relay-1.1", 110),
@@ -141,6 +141,9 @@ func TestCheckDetectsEachViolation(t *testing.T) {
 		{"unfenced write to a pending row", "unfenced-write", func(h *History) {
 			h.Audit = append(h.Audit, Transition{ID: 8, OldStatus: "pending", NewStatus: "done", OldLV: 1, NewLV: 1, At: at(111)})
 		}},
+		{"pending row's attempts changed without a claim", "unfenced-write", func(h *History) {
+			h.Audit = append(h.Audit, Transition{ID: 8, OldStatus: "pending", NewStatus: "pending", OldLV: 1, NewLV: 1, OldAttempts: 1, NewAttempts: 0, At: at(111)})
+		}},
 		{"done row changed", "unfenced-write", func(h *History) {
 			h.Audit = append(h.Audit, Transition{ID: 8, OldStatus: "done", NewStatus: "pending", OldLV: 1, NewLV: 1, At: at(9999)})
 		}},
@@ -164,6 +167,19 @@ func TestCheckDetectsEachViolation(t *testing.T) {
 				t.Fatalf("violation %q not detected; got:\n%s", tc.invariant, r.Summary())
 			}
 		})
+	}
+}
+
+// A head hand-off (migration 00005) flags a pending row and stamps its txid:
+// audited as pending -> pending with nothing else changed. It is
+// counted, not a violation.
+func TestCheckCountsSweepRequeuesAsNoViolation(t *testing.T) {
+	h := clean()
+	h.Audit = append(h.Audit, Transition{ID: 8, OldStatus: "pending", NewStatus: "pending", OldLV: 1, NewLV: 1,
+		OldAttempts: 1, NewAttempts: 1, App: "relay-1.1", At: at(2950)})
+	r := Check(h)
+	if !r.OK() || r.Requeues != 1 {
+		t.Fatalf("requeues %d, want 1 and no violation:\n%s", r.Requeues, r.Summary())
 	}
 }
 

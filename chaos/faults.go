@@ -66,6 +66,9 @@ func schedule(seed uint64, o options) []plannedFault {
 		out = append(out, plannedFault{At: at, Kind: "blackhole", Slot: -1})
 	}
 	out = append(out, plannedFault{At: o.duration / 5, Kind: "bomb", Slot: -1})
+	if o.failover {
+		out = append(out, plannedFault{At: o.duration * 2 / 5, Kind: "failover", Slot: -1})
+	}
 	slices.SortStableFunc(out, func(a, b plannedFault) int { return int(a.At - b.At) })
 	return out
 }
@@ -76,7 +79,10 @@ type injector struct {
 	fleet *fleet
 	prod  *producers
 	proxy *tcpproxy.Proxy
-	log   func(format string, args ...any)
+	// standbyProxy is the relays' way to the standby (failover runs).
+	standbyProxy *tcpproxy.Proxy
+	log          func(format string, args ...any)
+	failover     *failoverFigures // set when the failover fault ran
 
 	mu      sync.Mutex
 	lastEnd time.Time
@@ -151,6 +157,26 @@ func (in *injector) run(ctx context.Context, start time.Time, plan []plannedFaul
 				in.ended(time.Now())
 				in.log("! PostgreSQL back after %s", time.Since(s).Round(time.Millisecond))
 			}()
+		case "failover":
+			// Under pgMu, as a restart: one server change at a time.
+			in.pgMu.Lock()
+			s := time.Now()
+			in.log("! failover: primary stopped (pg_ctl stop -m immediate), promoting the standby (pg_ctl promote)")
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			down, promotedIn, err := failover(fctx, in.e)
+			cancel()
+			if err != nil {
+				in.pgMu.Unlock()
+				in.log("! failover failed: %v", err)
+				continue
+			}
+			in.fleet.record(Fault{Kind: "failover", Start: s, End: time.Now()})
+			in.ended(time.Now())
+			in.mu.Lock()
+			in.failover = &failoverFigures{at: f.At, down: down, promotedIn: promotedIn}
+			in.mu.Unlock()
+			in.pgMu.Unlock()
+			in.log("! standby promoted %s after the primary was down", promotedIn.Round(time.Millisecond))
 		case "poison":
 			wg.Add(1)
 			go func() {
@@ -165,6 +191,10 @@ func (in *injector) run(ctx context.Context, start time.Time, plan []plannedFaul
 			s := time.Now()
 			n := in.proxy.Conns()
 			in.proxy.Blackhole()
+			if in.standbyProxy != nil {
+				n += in.standbyProxy.Conns()
+				in.standbyProxy.Blackhole()
+			}
 			in.fleet.record(Fault{Kind: "blackhole", Start: s, End: s})
 			in.ended(s)
 			in.log("! blackhole: %d open relay connections frozen (new ones still work)", n)

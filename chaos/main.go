@@ -16,6 +16,7 @@
 //
 //	go run ./chaos -seed 1 -duration 2m -events 50000 -relays 4
 //	go run ./chaos -seed 42 -duration 32m -events 200000 -relays 4 -out RELIABILITY.md -section long
+//	go run ./chaos -failover -seed 1 -duration 90s -events 30000 -relays 4
 package main
 
 import (
@@ -50,6 +51,7 @@ type options struct {
 	section        string
 	bin            string
 	keep           bool
+	failover       bool // a synchronous standby, promoted mid-run (failover.go)
 	args           []string
 }
 
@@ -73,14 +75,19 @@ func main() {
 	flag.StringVar(&o.section, "section", "short", "which part of -out to replace: short or long")
 	flag.StringVar(&o.bin, "bin", "", "a pgoutbox binary to run (default: go build ./cmd/pgoutbox)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (relay logs) even when every invariant holds")
+	flag.BoolVar(&o.failover, "failover", false, "add a synchronous streaming standby; mid-run stop the primary hard and promote the standby "+
+		"(everyone connects through a multi-host URL); replaces the PostgreSQL restarts")
 	flag.Parse()
 	o.args = os.Args[1:]
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)
 	}
-	if o.pgRestarts == 0 {
+	if o.pgRestarts == 0 && !o.failover {
 		o.pgRestarts = max(1, int(o.duration/(10*time.Minute)))
+	}
+	if o.failover {
+		o.pgRestarts = 0 // restarting the old primary would make two primaries
 	}
 	if o.poison == 0 {
 		o.poison = max(1, int(o.duration/(10*time.Minute)))
@@ -115,8 +122,8 @@ func (o options) validate() error {
 		return errors.New("-max-attempts must be at least 2")
 	case o.faultEvery <= 0 || o.drainTimeout <= 0:
 		return errors.New("-fault-every and -drain-timeout must be positive")
-	case o.section != "short" && o.section != "long":
-		return errors.New("-section must be short or long")
+	case o.section != "short" && o.section != "long" && o.section != "failover":
+		return errors.New("-section must be short, long or failover")
 	}
 	return nil
 }

@@ -31,8 +31,12 @@ func joinCounts(m map[string]int) string {
 
 // reproduce is the command line that repeats the run.
 func reproduce(o options) string {
+	failover := ""
+	if o.failover {
+		failover = " -failover"
+	}
 	return fmt.Sprintf("go run ./chaos -seed %d -duration %s -events %d -relays %d -producers %d -lease %s -publish-timeout %s -batch %d -concurrency %d -max-attempts %d -fault-every %s -pg-restarts %d -poison %d",
-		o.seed, o.duration, o.events, o.relays, o.producers, o.lease, o.publishTimeout, o.batch, o.concurrency, o.maxAttempts, o.faultEvery, o.pgRestarts, o.poison)
+		o.seed, o.duration, o.events, o.relays, o.producers, o.lease, o.publishTimeout, o.batch, o.concurrency, o.maxAttempts, o.faultEvery, o.pgRestarts, o.poison) + failover
 }
 
 func summary(fg *figures) string {
@@ -50,6 +54,18 @@ func summary(fg *figures) string {
 	p("                           lease %s, publish timeout %s, batch %d, concurrency %d, max attempts %d; PostgreSQL %s, %s, %d CPUs",
 		o.lease, o.publishTimeout, o.batch, o.concurrency, o.maxAttempts, fg.pgVersion, runtime.Version(), runtime.NumCPU())
 	p("  fault window             %s; whole run %s", fg.faultWindow, fg.total.Round(time.Second))
+	if o.failover {
+		if f := fg.failover; f != nil {
+			p("  failover                 primary stopped hard (pg_ctl stop -m immediate) %s into the window; synchronous standby", f.at.Round(time.Second))
+			p("                           (synchronous_standby_names = '%s', synchronous_commit = on) promoted %s after it was down (pg_ctl promote);",
+				standbyName, f.promotedIn.Round(time.Millisecond))
+			p("                           first relay write on the new primary %s after the old one was down, %d audited writes there;",
+				f.firstWriteIn.Round(time.Millisecond), f.writesAfter)
+			p("                           everyone connects through host=127.0.0.1,127.0.0.1 target_session_attrs=read-write; new primary: %s", f.newPrimary)
+		} else {
+			p("  failover                 DID NOT HAPPEN")
+		}
+	}
 	p("  events committed         %d  (%d ordered in %d aggregates; %d transactions with unknown commit outcome: %d committed, %d not)",
 		r.Events, r.OrderedEvents, r.Aggregate, fg.uncertain, r.UncertainCommitted, r.UncertainRolledBack)
 	p("  rolled back              %d transactions/savepoints, %d events; delivered: %d", fg.rolledBackTx, fg.rbEvents, r.RolledBackDelivered)
@@ -57,7 +73,7 @@ func summary(fg *figures) string {
 	p("  lost                     %d", r.Lost)
 	p("  order violations         %d", r.OrderViolations)
 	p("  by version               %d of %d versioned ordered events first delivered before a lower version of their aggregate", r.VersionViolations, r.VersionedEvents)
-	p("  fencing violations       %d  (%d audited updates, %d claims, %d lease takeovers)", r.FencingViolations, fg.auditRows, r.Claims, r.Recoveries)
+	p("  fencing violations       %d  (%d audited updates, %d claims, %d lease takeovers, %d head hand-offs)", r.FencingViolations, fg.auditRows, r.Claims, r.Recoveries, r.Requeues)
 	p("  duplicates               %d  (%s)", r.Duplicates, joinCounts(r.DuplicatesBy))
 	answers := map[string]int{}
 	for code, n := range r.AnswersBy {
@@ -140,6 +156,16 @@ for what is checked and how.
 	longEnd    = "<!-- chaos:long:end -->"
 	shortBegin = "<!-- chaos:short:begin -->"
 	shortEnd   = "<!-- chaos:short:end -->"
+
+	failoverIntro = `A second cluster streams from the suite's primary (` + "`pg_basebackup -R`" + `) as a
+synchronous standby; relays, producers and the suite connect through a
+multi-host URL (` + "`target_session_attrs=read-write`" + `). Mid-run the primary is
+stopped hard and the standby promoted; the other faults run as in
+` + "`make chaos`" + `, without PostgreSQL restarts.
+
+`
+	failoverBegin = "<!-- chaos:failover:begin -->"
+	failoverEnd   = "<!-- chaos:failover:end -->"
 )
 
 // writeReliability replaces the section's part of path (creating the file
@@ -155,9 +181,17 @@ func writeReliability(path, section string, fg *figures, text string) error {
 			"## Long run (≥ 30 minutes of faults): `make chaos-long`\n\n" + longBegin + "\n(not recorded yet)\n" + longEnd + "\n\n" +
 			"## Short run (CI, ≤ 5 minutes): `make chaos`\n\n" + shortBegin + "\n(not recorded yet)\n" + shortEnd + "\n"
 	}
+	if !strings.Contains(doc, failoverBegin) {
+		doc = strings.TrimRight(doc, "\n") + "\n\n## Failover run (synchronous standby promoted mid-run): `make chaos-failover`\n\n" +
+			failoverIntro +
+			failoverBegin + "\n(not recorded yet)\n" + failoverEnd + "\n"
+	}
 	begin, end := shortBegin, shortEnd
-	if section == "long" {
+	switch section {
+	case "long":
 		begin, end = longBegin, longEnd
+	case "failover":
+		begin, end = failoverBegin, failoverEnd
 	}
 	i := strings.Index(doc, begin)
 	j := strings.Index(doc, end)

@@ -41,6 +41,7 @@ type figures struct {
 	logWarnings  map[string]int
 	pgVersion    string
 	auditRows    int
+	failover     *failoverFigures // failover runs
 }
 
 func run(ctx context.Context, o options) (*Result, error) {
@@ -91,6 +92,13 @@ func run(ctx context.Context, o options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.failover {
+		say("starting a synchronous streaming standby (pg_basebackup -R; synchronous_standby_names = '%s')", standbyName)
+		if err := startStandby(ctx, e); err != nil {
+			return nil, err
+		}
+		defer e.standby.Stop() //nolint:errcheck
+	}
 	defer e.admin.Close()
 	// Relays reach PostgreSQL through a TCP proxy, so that a blackhole
 	// fault can freeze their open connections (no byte forwarded, sockets
@@ -102,6 +110,16 @@ func run(ctx context.Context, o options) (*Result, error) {
 	defer proxy.Close()
 	_, proxyPort, _ := net.SplitHostPort(proxy.Addr())
 	e.relayPort, _ = strconv.Atoi(proxyPort)
+	var standbyProxy *tcpproxy.Proxy
+	if e.standby != nil {
+		standbyProxy, err = tcpproxy.New(fmt.Sprintf("127.0.0.1:%d", e.standby.Port()), nil)
+		if err != nil {
+			return nil, err
+		}
+		defer standbyProxy.Close()
+		_, port, _ := net.SplitHostPort(standbyProxy.Addr())
+		e.standbyRelayPort, _ = strconv.Atoi(port)
+	}
 	var pgVersion string
 	_ = e.admin.QueryRow(ctx, "SHOW server_version").Scan(&pgVersion)
 
@@ -182,7 +200,7 @@ func run(ctx context.Context, o options) (*Result, error) {
 	start := time.Now()
 	prodDone := make(chan struct{})
 	go func() { prod.run(ctx, o.producers); close(prodDone) }()
-	in := &injector{e: e, fleet: fl, prod: prod, proxy: proxy, log: func(f string, a ...any) { say(f, a...) }}
+	in := &injector{e: e, fleet: fl, prod: prod, proxy: proxy, standbyProxy: standbyProxy, log: func(f string, a ...any) { say(f, a...) }}
 	faultsDone := make(chan struct{})
 	go func() { in.run(ctx, start, plan); close(faultsDone) }()
 
@@ -281,6 +299,13 @@ loop:
 	if drained {
 		fg.drain = drainAt.Sub(lastFault)
 	}
+	in.mu.Lock()
+	fg.failover = in.failover
+	in.mu.Unlock()
+	if fg.failover != nil {
+		fg.failover.firstWriteIn, fg.failover.writesAfter = firstWriteAfter(h.Audit, fg.failover.down)
+		fg.failover.newPrimary = newPrimaryState(ctx, e)
+	}
 	for _, f := range h.Faults {
 		fg.faults[f.Kind]++
 	}
@@ -329,6 +354,14 @@ func extraChecks(fg *figures) {
 	for _, ex := range fg.exits {
 		if ex.Final && ex.Code != 0 {
 			r.fail("relay-shutdown-not-graceful", "%s exited %d (%s) after SIGTERM", ex.Owner, ex.Code, ex.Signal)
+		}
+	}
+	if fg.o.failover {
+		switch {
+		case fg.failover == nil:
+			r.fail("failover-not-run", "the failover (primary stopped, standby promoted) did not happen")
+		case fg.failover.writesAfter == 0:
+			r.fail("no-write-after-failover", "no relay wrote to the new primary after the failover")
 		}
 	}
 	if !fg.drained {

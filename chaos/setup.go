@@ -35,6 +35,10 @@ type env struct {
 	producePass string
 	admin       *pgxpool.Pool
 	relayPort   int // the tcpproxy relays connect through (blackhole faults); 0 = the server's port
+	// Failover runs (failover.go): the streaming standby, and the tcpproxy
+	// in front of it.
+	standby          *pgcluster.Cluster
+	standbyRelayPort int
 }
 
 func (e *env) relayURL(app string) string {
@@ -42,13 +46,13 @@ func (e *env) relayURL(app string) string {
 	if e.relayPort != 0 {
 		port = e.relayPort
 	}
-	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=%s",
-		relayUser, e.relayPass, port, chaosDB, app)
+	return fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable&application_name=%s%s",
+		relayUser, e.relayPass, e.hosts(port, e.standbyRelayPort), chaosDB, app, e.sessionAttrs())
 }
 
 func (e *env) producerURL() string {
-	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=producer",
-		producerUser, e.producePass, e.cluster.Port(), chaosDB)
+	return fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable&application_name=producer%s",
+		producerUser, e.producePass, e.hosts(e.cluster.Port(), e.standbyPort()), chaosDB, e.sessionAttrs())
 }
 
 func randHex(n int) string {
@@ -166,7 +170,9 @@ func setupDatabase(ctx context.Context, c *pgcluster.Cluster, root, bin string) 
 	if _, err := e.admin.Exec(ctx, "GRANT SELECT, UPDATE ON chaos_versions TO "+producerUser); err != nil {
 		return nil, err
 	}
-	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	// The replication line lets a failover run's standby stream (failover.go).
+	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost replication postgres 127.0.0.1/32 trust\n" +
+		"host all all 127.0.0.1/32 scram-sha-256\n"
 	if err := os.WriteFile(filepath.Join(c.Dir(), "data", "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		return nil, err
 	}

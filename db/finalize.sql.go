@@ -25,6 +25,7 @@ UPDATE outbox
  WHERE id = $4::bigint
    AND status = 'processing'
    AND lease_version = $5::bigint
+   AND lease_owner = $6::text
 RETURNING status
 `
 
@@ -34,6 +35,7 @@ type OutboxDeferParams struct {
 	Error        string        `json:"error"`
 	ID           int64         `json:"id"`
 	LeaseVersion int64         `json:"lease_version"`
+	LeaseOwner   string        `json:"lease_owner"`
 }
 
 // OutboxDefer is the business defer with a deadline: back to pending at
@@ -49,6 +51,7 @@ func (q *Queries) OutboxDefer(ctx context.Context, arg OutboxDeferParams) (strin
 		arg.Error,
 		arg.ID,
 		arg.LeaseVersion,
+		arg.LeaseOwner,
 	)
 	var status string
 	err := row.Scan(&status)
@@ -64,12 +67,14 @@ UPDATE outbox
  WHERE id = $2::bigint
    AND status = 'processing'
    AND lease_version = $3::bigint
+   AND lease_owner = $4::text
 `
 
 type OutboxMarkDeadParams struct {
 	Error        string `json:"error"`
 	ID           int64  `json:"id"`
 	LeaseVersion int64  `json:"lease_version"`
+	LeaseOwner   string `json:"lease_owner"`
 }
 
 // OutboxMarkDead sends a message to dead for a person to look at: a permanent
@@ -77,7 +82,12 @@ type OutboxMarkDeadParams struct {
 // the aggregate until someone redrives or skips it.
 // 0 rows: lease lost.
 func (q *Queries) OutboxMarkDead(ctx context.Context, arg OutboxMarkDeadParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxMarkDead, arg.Error, arg.ID, arg.LeaseVersion)
+	result, err := q.db.Exec(ctx, outboxMarkDead,
+		arg.Error,
+		arg.ID,
+		arg.LeaseVersion,
+		arg.LeaseOwner,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -95,25 +105,35 @@ UPDATE outbox
  WHERE id = $1::bigint
    AND status = 'processing'
    AND lease_version = $2::bigint
+   AND lease_owner = $3::text
 `
 
 type OutboxMarkDoneParams struct {
-	ID           int64 `json:"id"`
-	LeaseVersion int64 `json:"lease_version"`
+	ID           int64  `json:"id"`
+	LeaseVersion int64  `json:"lease_version"`
+	LeaseOwner   string `json:"lease_owner"`
 }
 
 // Finalizes. Every write after a claim is fenced: it changes the row only if
-// the row is still processing under the lease_version the claim returned.
-// A worker whose lease expired and was taken over (lease_version moved on)
-// gets 0 rows and must not touch the row; a worker whose lease expired but
-// was NOT taken over still succeeds, because what decides is the generation,
-// not the clock. Fencing protects the database state only: the message may
-// already have been published, so downstream deduplicates by outbox id.
+// the row is still processing under the claim's fencing token, the pair
+// (lease_owner, lease_version) the claim wrote. A worker whose lease expired
+// and was taken over (lease_version moved on) gets 0 rows and must not touch
+// the row; a worker whose lease expired but was NOT taken over still
+// succeeds, because what decides is the generation, not the clock.
+// Why the owner too: lease_version alone is unique only while the history of
+// the row is. After a failover to an asynchronous standby that never
+// received the last claims, the row is back at an older lease_version, and
+// the next claim hands the same lease_version out again. The dispatcher
+// writes a lease_owner unique to each claim (owner name, a random run id and
+// a claim number), so the old claim's token still does not match and its
+// writes get 0 rows. Fencing protects the database state only: the message
+// may already have been published, so downstream deduplicates by outbox id.
 // Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
 // OutboxMarkDone records a successful publish.
-// 0 rows: lease lost (taken over, or reaped) — log it, do nothing else.
+// 0 rows: lease lost (taken over, reaped, or the claim itself lost in a
+// failover to an asynchronous standby) — log it, do nothing else.
 func (q *Queries) OutboxMarkDone(ctx context.Context, arg OutboxMarkDoneParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxMarkDone, arg.ID, arg.LeaseVersion)
+	result, err := q.db.Exec(ctx, outboxMarkDone, arg.ID, arg.LeaseVersion, arg.LeaseOwner)
 	if err != nil {
 		return 0, err
 	}
@@ -129,20 +149,24 @@ UPDATE outbox AS o
        lease_until = NULL
   FROM (SELECT unnest($1::bigint[])            AS id,
                unnest($2::bigint[]) AS lease_version,
+               unnest($3::text[])     AS lease_owner,
                'processing'::text                AS status) AS f
  WHERE o.id = f.id
    AND o.status = f.status
    AND o.lease_version = f.lease_version
+   AND o.lease_owner = f.lease_owner
 RETURNING o.id
 `
 
 type OutboxMarkDoneManyParams struct {
-	Ids           []int64 `json:"ids"`
-	LeaseVersions []int64 `json:"lease_versions"`
+	Ids           []int64  `json:"ids"`
+	LeaseVersions []int64  `json:"lease_versions"`
+	LeaseOwners   []string `json:"lease_owners"`
 }
 
 // OutboxMarkDoneMany finalizes a batch of successful publishes in one
-// statement, each row still fenced by its own lease_version.
+// statement, each row still fenced by its own token (@ids, @lease_versions
+// and @lease_owners are parallel arrays).
 // Access path: one primary-key lookup per id (a nested loop over the unnest),
 // so the cost is O(batch). The expected status comes in through f.status on
 // purpose: written as the literal o.status = 'processing' it lets the planner
@@ -152,7 +176,7 @@ type OutboxMarkDoneManyParams struct {
 // instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 // Returns the ids actually finalized; a missing id lost its lease.
 func (q *Queries) OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, outboxMarkDoneMany, arg.Ids, arg.LeaseVersions)
+	rows, err := q.db.Query(ctx, outboxMarkDoneMany, arg.Ids, arg.LeaseVersions, arg.LeaseOwners)
 	if err != nil {
 		return nil, err
 	}
@@ -180,15 +204,18 @@ UPDATE outbox AS o
        lease_until  = NULL
   FROM (SELECT unnest($1::bigint[])            AS id,
                unnest($2::bigint[]) AS lease_version,
+               unnest($3::text[])     AS lease_owner,
                'processing'::text                AS status) AS f
  WHERE o.id = f.id
    AND o.status = f.status
    AND o.lease_version = f.lease_version
+   AND o.lease_owner = f.lease_owner
 `
 
 type OutboxReleaseManyParams struct {
-	Ids           []int64 `json:"ids"`
-	LeaseVersions []int64 `json:"lease_versions"`
+	Ids           []int64  `json:"ids"`
+	LeaseVersions []int64  `json:"lease_versions"`
+	LeaseOwners   []string `json:"lease_owners"`
 }
 
 // OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
@@ -198,7 +225,7 @@ type OutboxReleaseManyParams struct {
 // the same reason).
 // Returns the number of rows handed back; a missing row lost its lease.
 func (q *Queries) OutboxReleaseMany(ctx context.Context, arg OutboxReleaseManyParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxReleaseMany, arg.Ids, arg.LeaseVersions)
+	result, err := q.db.Exec(ctx, outboxReleaseMany, arg.Ids, arg.LeaseVersions, arg.LeaseOwners)
 	if err != nil {
 		return 0, err
 	}
@@ -216,6 +243,7 @@ UPDATE outbox
  WHERE id = $4::bigint
    AND status = 'processing'
    AND lease_version = $5::bigint
+   AND lease_owner = $6::text
 `
 
 type OutboxRescheduleParams struct {
@@ -224,6 +252,7 @@ type OutboxRescheduleParams struct {
 	RefundAttempt bool          `json:"refund_attempt"`
 	ID            int64         `json:"id"`
 	LeaseVersion  int64         `json:"lease_version"`
+	LeaseOwner    string        `json:"lease_owner"`
 }
 
 // OutboxReschedule puts a message back to pending at now() + @delay: a
@@ -238,6 +267,7 @@ func (q *Queries) OutboxReschedule(ctx context.Context, arg OutboxReschedulePara
 		arg.RefundAttempt,
 		arg.ID,
 		arg.LeaseVersion,
+		arg.LeaseOwner,
 	)
 	if err != nil {
 		return 0, err

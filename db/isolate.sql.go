@@ -132,7 +132,8 @@ type OutboxIsolateClaimRow struct {
 // apart and sent to dead (OutboxMarkDead) while its neighbours flow. The
 // recovery lane uses them too: a recovered message is read the same way.
 // Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
-// OutboxClaim does, so every later write is fenced the same way.
+// OutboxClaim does, so every later write is fenced the same way (on
+// lease_owner and lease_version).
 // OutboxIsolateClaim claims up to @batch unordered pending messages without
 // their payload: the same rows, in the same id order, as OutboxClaim's ready
 // branch.
@@ -251,11 +252,13 @@ SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_a
  WHERE id = $1::bigint
    AND status = 'processing'
    AND lease_version = $2::bigint
+   AND lease_owner = $3::text
 `
 
 type OutboxIsolateReadParams struct {
-	ID           int64 `json:"id"`
-	LeaseVersion int64 `json:"lease_version"`
+	ID           int64  `json:"id"`
+	LeaseVersion int64  `json:"lease_version"`
+	LeaseOwner   string `json:"lease_owner"`
 }
 
 type OutboxIsolateReadRow struct {
@@ -269,13 +272,14 @@ type OutboxIsolateReadRow struct {
 }
 
 // OutboxIsolateRead reads one claimed message in full, fenced: only while the
-// caller still holds the lease it claimed. A data or resource error here
+// caller still holds the lease it claimed (lease_owner and lease_version, the
+// token of finalize.sql). A data or resource error here
 // (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
 // it to dead with OutboxMarkDead, naming the SQLSTATE.
 // Lock strategy: none (a plain read by primary key).
 // No row (pgx.ErrNoRows): lease lost.
 func (q *Queries) OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (OutboxIsolateReadRow, error) {
-	row := q.db.QueryRow(ctx, outboxIsolateRead, arg.ID, arg.LeaseVersion)
+	row := q.db.QueryRow(ctx, outboxIsolateRead, arg.ID, arg.LeaseVersion, arg.LeaseOwner)
 	var i OutboxIsolateReadRow
 	err := row.Scan(
 		&i.ID,

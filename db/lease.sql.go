@@ -17,21 +17,29 @@ UPDATE outbox
  WHERE id = $2::bigint
    AND status = 'processing'
    AND lease_version = $3::bigint
+   AND lease_owner = $4::text
 `
 
 type OutboxExtendLeaseParams struct {
 	Lease        time.Duration `json:"lease"`
 	ID           int64         `json:"id"`
 	LeaseVersion int64         `json:"lease_version"`
+	LeaseOwner   string        `json:"lease_owner"`
 }
 
 // OutboxExtendLease is the fenced heartbeat of a long publish:
-// lease_until = now() + @lease, only while the caller still owns the lease.
+// lease_until = now() + @lease, only while the caller still owns the lease
+// (the claim's token: lease_owner and lease_version, see finalize.sql).
 // Lock strategy: single-row UPDATE by primary key.
-// 0 rows: lease lost (taken over or reaped); the caller must stop publishing
-// (cancel its context) and must not finalize.
+// 0 rows: lease lost (taken over, reaped, or the claim lost in a failover);
+// the caller must stop publishing (cancel its context) and must not finalize.
 func (q *Queries) OutboxExtendLease(ctx context.Context, arg OutboxExtendLeaseParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxExtendLease, arg.Lease, arg.ID, arg.LeaseVersion)
+	result, err := q.db.Exec(ctx, outboxExtendLease,
+		arg.Lease,
+		arg.ID,
+		arg.LeaseVersion,
+		arg.LeaseOwner,
+	)
 	if err != nil {
 		return 0, err
 	}

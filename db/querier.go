@@ -264,10 +264,11 @@ type Querier interface {
 	// Index: outbox_leased.
 	OutboxExpiredLeases(ctx context.Context) (int64, error)
 	// OutboxExtendLease is the fenced heartbeat of a long publish:
-	// lease_until = now() + @lease, only while the caller still owns the lease.
+	// lease_until = now() + @lease, only while the caller still owns the lease
+	// (the claim's token: lease_owner and lease_version, see finalize.sql).
 	// Lock strategy: single-row UPDATE by primary key.
-	// 0 rows: lease lost (taken over or reaped); the caller must stop publishing
-	// (cancel its context) and must not finalize.
+	// 0 rows: lease lost (taken over, reaped, or the claim lost in a failover);
+	// the caller must stop publishing (cancel its context) and must not finalize.
 	OutboxExtendLease(ctx context.Context, arg OutboxExtendLeaseParams) (int64, error)
 	// Isolation path. A claim that returns payloads fails as a whole when one row
 	// cannot be returned (a jsonb whose text form exceeds 1 GB fails with 54000
@@ -278,7 +279,8 @@ type Querier interface {
 	// apart and sent to dead (OutboxMarkDead) while its neighbours flow. The
 	// recovery lane uses them too: a recovered message is read the same way.
 	// Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
-	// OutboxClaim does, so every later write is fenced the same way.
+	// OutboxClaim does, so every later write is fenced the same way (on
+	// lease_owner and lease_version).
 	// OutboxIsolateClaim claims up to @batch unordered pending messages without
 	// their payload: the same rows, in the same id order, as OutboxClaim's ready
 	// branch.
@@ -301,7 +303,8 @@ type Querier interface {
 	// Order: by id. 0 rows: no claimable head right now.
 	OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsolateClaimOrderedParams) ([]OutboxIsolateClaimOrderedRow, error)
 	// OutboxIsolateRead reads one claimed message in full, fenced: only while the
-	// caller still holds the lease it claimed. A data or resource error here
+	// caller still holds the lease it claimed (lease_owner and lease_version, the
+	// token of finalize.sql). A data or resource error here
 	// (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
 	// it to dead with OutboxMarkDead, naming the SQLSTATE.
 	// Lock strategy: none (a plain read by primary key).
@@ -318,18 +321,27 @@ type Querier interface {
 	// 0 rows: lease lost.
 	OutboxMarkDead(ctx context.Context, arg OutboxMarkDeadParams) (int64, error)
 	// Finalizes. Every write after a claim is fenced: it changes the row only if
-	// the row is still processing under the lease_version the claim returned.
-	// A worker whose lease expired and was taken over (lease_version moved on)
-	// gets 0 rows and must not touch the row; a worker whose lease expired but
-	// was NOT taken over still succeeds, because what decides is the generation,
-	// not the clock. Fencing protects the database state only: the message may
-	// already have been published, so downstream deduplicates by outbox id.
+	// the row is still processing under the claim's fencing token, the pair
+	// (lease_owner, lease_version) the claim wrote. A worker whose lease expired
+	// and was taken over (lease_version moved on) gets 0 rows and must not touch
+	// the row; a worker whose lease expired but was NOT taken over still
+	// succeeds, because what decides is the generation, not the clock.
+	// Why the owner too: lease_version alone is unique only while the history of
+	// the row is. After a failover to an asynchronous standby that never
+	// received the last claims, the row is back at an older lease_version, and
+	// the next claim hands the same lease_version out again. The dispatcher
+	// writes a lease_owner unique to each claim (owner name, a random run id and
+	// a claim number), so the old claim's token still does not match and its
+	// writes get 0 rows. Fencing protects the database state only: the message
+	// may already have been published, so downstream deduplicates by outbox id.
 	// Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
 	// OutboxMarkDone records a successful publish.
-	// 0 rows: lease lost (taken over, or reaped) — log it, do nothing else.
+	// 0 rows: lease lost (taken over, reaped, or the claim itself lost in a
+	// failover to an asynchronous standby) — log it, do nothing else.
 	OutboxMarkDone(ctx context.Context, arg OutboxMarkDoneParams) (int64, error)
 	// OutboxMarkDoneMany finalizes a batch of successful publishes in one
-	// statement, each row still fenced by its own lease_version.
+	// statement, each row still fenced by its own token (@ids, @lease_versions
+	// and @lease_owners are parallel arrays).
 	// Access path: one primary-key lookup per id (a nested loop over the unnest),
 	// so the cost is O(batch). The expected status comes in through f.status on
 	// purpose: written as the literal o.status = 'processing' it lets the planner

@@ -102,9 +102,14 @@ const (
 // Config configures a Dispatcher. The zero value is valid: every field has a
 // documented default, applied by New.
 type Config struct {
-	// Owner names this dispatcher in lease_owner (for people; correctness
-	// rests on lease_version). Defaults to "host-pid-random", unique per
-	// process and per Dispatcher.
+	// Owner names this dispatcher, for people: each claim writes
+	// lease_owner = Owner + "/" + a random run id (drawn once per
+	// Dispatcher) + "." + a claim number, a value unique to that claim.
+	// Every write after a claim is fenced on lease_owner and lease_version
+	// together, so a claim lost in a failover to an asynchronous standby
+	// (where the next claim hands the same lease_version out again) can
+	// never finalize the row. Two dispatchers may share an Owner.
+	// Defaults to "host-pid".
 	Owner string
 
 	// Batch is the most messages one claim takes. Keep

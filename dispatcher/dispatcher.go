@@ -25,6 +25,7 @@ type Dispatcher struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	tokens  *claimTokens // the lease_owner of each claim (owner.go)
 
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
@@ -70,6 +71,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		cfg:         cfg,
 		log:         cfg.Logger.With(slog.String("owner", cfg.Owner)),
 		metrics:     m,
+		tokens:      newClaimTokens(cfg.Owner),
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency),
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
@@ -78,8 +80,15 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	return d, nil
 }
 
-// Owner is the lease_owner this dispatcher writes.
+// Owner is this dispatcher's name (Config.Owner). Every lease_owner it
+// writes starts with Owner() + "/" followed by its run id: OwnerPrefix.
 func (d *Dispatcher) Owner() string { return d.cfg.Owner }
+
+// OwnerPrefix is the start of every lease_owner this Dispatcher writes
+// (Owner, "/", its run id, "."), for finding its rows:
+// WHERE lease_owner LIKE prefix || '%' (escape the LIKE wildcards of a
+// custom Owner) or starts_with(lease_owner, prefix).
+func (d *Dispatcher) OwnerPrefix() string { return d.tokens.prefix }
 
 // Run dispatches until ctx ends, then shuts down gracefully: it stops
 // claiming, hands back claimed messages it has not started (fenced, attempt
@@ -197,6 +206,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 type job struct {
 	id           int64
 	leaseVersion int64
+	leaseOwner   string // with leaseVersion, the fencing token of every write
 	attempts     int32
 	deadline     time.Time // local monotonic estimate of lease_until (never later than it)
 	msg          Message
@@ -326,11 +336,12 @@ func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
 // main pipeline, the recovery lane, the isolation path) builds its job here,
 // so every message carries the dispatcher's Source: a message published
 // again after a takeover must keep its idempotency key.
-func (d *Dispatcher) newJob(id, leaseVersion int64, attempts int32, deadline time.Time,
+func (d *Dispatcher) newJob(id, leaseVersion int64, leaseOwner string, attempts int32, deadline time.Time,
 	aggregateType, aggregateID, eventType string, payload, headers []byte, createdAt time.Time, ordered bool) *job {
 	return &job{
 		id:           id,
 		leaseVersion: leaseVersion,
+		leaseOwner:   leaseOwner,
 		attempts:     attempts,
 		deadline:     deadline,
 		msg: Message{

@@ -10,7 +10,7 @@ import (
 
 // finalizer writes successful publishes in batches: one OutboxMarkDoneMany
 // per flush (FinalizeBatch rows, or FinalizeDelay after the first one), each
-// row still fenced by its own lease_version. While a flush runs, the next
+// row still fenced by its own claim's token (lease_owner, lease_version). While a flush runs, the next
 // batch accumulates, so batches grow with load.
 type finalizer struct {
 	d    *Dispatcher
@@ -78,13 +78,9 @@ func (f *finalizer) run(ctx context.Context) {
 
 func (f *finalizer) flush(ctx context.Context, batch []*job) {
 	d := f.d
-	ids := make([]int64, len(batch))
-	versions := make([]int64, len(batch))
-	for i, j := range batch {
-		ids[i], versions[i] = j.id, j.leaseVersion
-	}
+	ids, versions, owners := tokensOf(batch)
 	done, err := retryDBValue(ctx, d, "mark done", func(ctx context.Context) ([]int64, error) {
-		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions})
+		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners})
 	})
 	defer d.release(len(batch))
 	if err != nil {
@@ -160,13 +156,9 @@ func (r *releaser) run(ctx context.Context) {
 func (r *releaser) flush(ctx context.Context, batch []*job) {
 	d := r.d
 	defer d.release(len(batch))
-	ids := make([]int64, len(batch))
-	versions := make([]int64, len(batch))
-	for i, j := range batch {
-		ids[i], versions[i] = j.id, j.leaseVersion
-	}
+	ids, versions, owners := tokensOf(batch)
 	n, err := retryDB(ctx, d, "release", func(ctx context.Context) (int64, error) {
-		return d.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: ids, LeaseVersions: versions})
+		return d.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners})
 	})
 	if err != nil {
 		return
@@ -179,4 +171,16 @@ func (r *releaser) flush(ctx context.Context, batch []*job) {
 		_ = d.q.OutboxNotify(nctx)
 		cancel()
 	}
+}
+
+// tokensOf returns the parallel arrays of a batch's fenced write: ids, and
+// each claim's token (lease_version, lease_owner).
+func tokensOf(batch []*job) (ids, versions []int64, owners []string) {
+	ids = make([]int64, len(batch))
+	versions = make([]int64, len(batch))
+	owners = make([]string, len(batch))
+	for i, j := range batch {
+		ids[i], versions[i], owners[i] = j.id, j.leaseVersion, j.leaseOwner
+	}
+	return ids, versions, owners
 }

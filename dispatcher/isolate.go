@@ -19,6 +19,7 @@ type doneSink interface{ add(j *job) }
 // claimedRow is a row claimed without its payload.
 type claimedRow struct {
 	id, leaseVersion int64
+	leaseOwner       string
 	attempts         int32
 	ordered          bool
 }
@@ -32,25 +33,26 @@ func (d *Dispatcher) isolate(ctx context.Context, kind ClaimMode, n int, jobs ch
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	var rows []claimedRow
+	owner := d.tokens.next()
 	if kind == ClaimOrderedOnly {
 		rs, err := d.q.OutboxIsolateClaimOrdered(cctx, db.OutboxIsolateClaimOrderedParams{
-			Owner: d.cfg.Owner, Lease: d.cfg.Lease, Batch: int32(n)})
+			Owner: owner, Lease: d.cfg.Lease, Batch: int32(n)})
 		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("isolation claim: %w", err)
 		}
 		for _, r := range rs {
-			rows = append(rows, claimedRow{r.ID, r.LeaseVersion, r.Attempts, r.Ordered})
+			rows = append(rows, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered})
 		}
 	} else {
 		rs, err := d.q.OutboxIsolateClaim(cctx, db.OutboxIsolateClaimParams{
-			Owner: d.cfg.Owner, Lease: d.cfg.Lease, Batch: int32(n)})
+			Owner: owner, Lease: d.cfg.Lease, Batch: int32(n)})
 		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("isolation claim: %w", err)
 		}
 		for _, r := range rs {
-			rows = append(rows, claimedRow{r.ID, r.LeaseVersion, r.Attempts, r.Ordered})
+			rows = append(rows, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered})
 		}
 	}
 	d.metrics.claimed(ctx, len(rows))
@@ -84,7 +86,7 @@ func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline tim
 	// reason.
 	start := time.Now()
 	ectx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
-	n, err := d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: r.id, LeaseVersion: r.leaseVersion, Lease: d.cfg.Lease + d.cfg.ClaimTimeout})
+	n, err := d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: r.id, LeaseVersion: r.leaseVersion, LeaseOwner: r.leaseOwner, Lease: d.cfg.Lease + d.cfg.ClaimTimeout})
 	cancel()
 	if err == nil && n == 1 {
 		deadline = start.Add(d.cfg.Lease + d.cfg.ClaimTimeout)
@@ -92,7 +94,7 @@ func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline tim
 	var row db.OutboxIsolateReadRow
 	if err == nil {
 		rctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-		row, err = d.q.OutboxIsolateRead(rctx, db.OutboxIsolateReadParams{ID: r.id, LeaseVersion: r.leaseVersion})
+		row, err = d.q.OutboxIsolateRead(rctx, db.OutboxIsolateReadParams{ID: r.id, LeaseVersion: r.leaseVersion, LeaseOwner: r.leaseOwner})
 		cancel()
 	}
 	if err == nil {
@@ -100,15 +102,15 @@ func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline tim
 		// poison in the recovery lane) costs one Lease, not ClaimTimeout.
 		start := time.Now()
 		ectx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
-		_, _ = d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: r.id, LeaseVersion: r.leaseVersion, Lease: d.cfg.Lease})
+		_, _ = d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: r.id, LeaseVersion: r.leaseVersion, LeaseOwner: r.leaseOwner, Lease: d.cfg.Lease})
 		cancel()
 		// Whether or not that write applied, the lease ends no earlier than
 		// start + Lease (a failed write left the longer one).
 		deadline = start.Add(d.cfg.Lease)
-		return d.newJob(row.ID, r.leaseVersion, r.attempts, deadline, row.AggregateType, row.AggregateID,
+		return d.newJob(row.ID, r.leaseVersion, r.leaseOwner, r.attempts, deadline, row.AggregateType, row.AggregateID,
 			row.EventType, row.Payload, row.Headers, row.CreatedAt, r.ordered)
 	}
-	j := &job{id: r.id, leaseVersion: r.leaseVersion, attempts: r.attempts, deadline: deadline,
+	j := &job{id: r.id, leaseVersion: r.leaseVersion, leaseOwner: r.leaseOwner, attempts: r.attempts, deadline: deadline,
 		msg: Message{ID: IDString(r.id), OutboxID: r.id, Attempt: int(r.attempts), Ordered: r.ordered}}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -191,8 +193,9 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 	for ctx.Err() == nil && !d.stopping.Load() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+		owner := d.tokens.next()
 		rows, err := d.q.OutboxClaimExpired(cctx, db.OutboxClaimExpiredParams{
-			Owner: d.cfg.Owner, Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
+			Owner: owner, Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
 			Unordered: d.cfg.Claim != ClaimOrderedOnly, Ordered: d.cfg.Claim != ClaimUnorderedOnly,
 		})
 		cancel()
@@ -204,7 +207,7 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 		}
 		d.metrics.claimed(ctx, len(rows))
 		for _, r := range rows {
-			j := d.readClaimed(ctx, claimedRow{r.ID, r.LeaseVersion, r.Attempts, r.Ordered}, start.Add(d.cfg.Lease), rel)
+			j := d.readClaimed(ctx, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered}, start.Add(d.cfg.Lease), rel)
 			if j == nil {
 				continue
 			}
@@ -228,7 +231,7 @@ func (s syncDone) add(j *job) {
 	d := s.d
 	defer d.release(1)
 	n, err := retryDB(s.ctx, d, "mark done", func(ctx context.Context) (int64, error) {
-		return d.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: j.id, LeaseVersion: j.leaseVersion})
+		return d.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner})
 	})
 	if err != nil {
 		return

@@ -129,9 +129,10 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 		return 0, err
 	}
 	cur := d.window.get().begin(pre)
+	owner := d.tokens.next()
 	rows, err := d.q.OutboxClaimWindow(cctx, db.OutboxClaimWindowParams{
 		Snapshot: cur.lower, Upper: cur.upper, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
-		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease,
+		Owner: owner, Batch: int32(n), Lease: d.cfg.Lease,
 	})
 	if err != nil {
 		d.abandon(ctx, &d.window, cur, pre, err)
@@ -145,7 +146,7 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 	deadline := start.Add(d.cfg.Lease)
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
-		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
 			r.EventType, r.Payload, r.Headers, r.CreatedAt, false))
 	}
 	return len(rows), nil
@@ -163,9 +164,10 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, jobs chan<- *job) 
 		return 0, err
 	}
 	cur := d.windowOrd.get().begin(pre)
+	owner := d.tokens.next()
 	rows, err := d.q.OutboxClaimOrderedWindow(cctx, db.OutboxClaimOrderedWindowParams{
 		Snapshot: cur.lower, Upper: cur.upper, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
-		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease,
+		Owner: owner, Batch: int32(n), Lease: d.cfg.Lease,
 	})
 	if err != nil {
 		d.abandon(ctx, &d.windowOrd, cur, pre, err)
@@ -179,7 +181,7 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, jobs chan<- *job) 
 	deadline := start.Add(d.cfg.Lease)
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
-		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
+		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
 			r.EventType, r.Payload, r.Headers, r.CreatedAt, true))
 	}
 	return len(rows), nil
@@ -237,25 +239,26 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 	for ctx.Err() == nil && !d.stopping.Load() {
 		start := time.Now()
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
+		owner := d.tokens.next()
 		var rows []claimedRow
 		var err error
 		if ordered {
 			var got []db.OutboxClaimPassedOrderedRow
 			got, err = d.q.OutboxClaimPassedOrdered(sctx, db.OutboxClaimPassedOrderedParams{
 				Snapshot: cur.lower, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows),
-				Owner: d.cfg.Owner, Lease: d.cfg.Lease,
+				Owner: owner, Lease: d.cfg.Lease,
 			})
 			for _, r := range got {
-				rows = append(rows, claimedRow{r.ID, r.LeaseVersion, r.Attempts, r.Ordered})
+				rows = append(rows, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered})
 			}
 		} else {
 			var got []db.OutboxClaimPassedRow
 			got, err = d.q.OutboxClaimPassed(sctx, db.OutboxClaimPassedParams{
 				Snapshot: cur.lower, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows),
-				Owner: d.cfg.Owner, Lease: d.cfg.Lease,
+				Owner: owner, Lease: d.cfg.Lease,
 			})
 			for _, r := range got {
-				rows = append(rows, claimedRow{r.ID, r.LeaseVersion, r.Attempts, r.Ordered})
+				rows = append(rows, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered})
 			}
 		}
 		cancel()

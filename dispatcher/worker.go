@@ -131,7 +131,7 @@ func (d *Dispatcher) finalizeRetry(ctx context.Context, j *job, err error, after
 	delay := max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
 	n, werr := retryDBText(ctx, d, "reschedule", errText(err.Error()), func(ctx context.Context, text string) (int64, error) {
 		return d.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{
-			ID: j.id, LeaseVersion: j.leaseVersion, Delay: delay, Error: text, RefundAttempt: false,
+			ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner, Delay: delay, Error: text, RefundAttempt: false,
 		})
 	})
 	if werr != nil {
@@ -150,7 +150,7 @@ func (d *Dispatcher) finalizeDefer(ctx context.Context, j *job, def *DeferError)
 	delay := max(def.Delay, 0)
 	status, werr := retryDBText(ctx, d, "defer", errText(def.Reason), func(ctx context.Context, text string) (string, error) {
 		return d.q.OutboxDefer(ctx, db.OutboxDeferParams{
-			ID: j.id, LeaseVersion: j.leaseVersion, Delay: delay, Error: text, MaxAge: d.cfg.MaxDeferAge,
+			ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner, Delay: delay, Error: text, MaxAge: d.cfg.MaxDeferAge,
 		})
 	})
 	switch {
@@ -168,7 +168,7 @@ func (d *Dispatcher) finalizeDefer(ctx context.Context, j *job, def *DeferError)
 
 func (d *Dispatcher) finalizeDead(ctx context.Context, j *job, reason string) {
 	n, werr := retryDBText(ctx, d, "mark dead", errText(reason), func(ctx context.Context, text string) (int64, error) {
-		return d.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: j.id, LeaseVersion: j.leaseVersion, Error: text})
+		return d.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner, Error: text})
 	})
 	if werr != nil {
 		return
@@ -219,7 +219,7 @@ func (d *Dispatcher) heartbeat(ctx context.Context, j *job, cancel context.Cance
 			case <-t.C:
 			}
 			ectx, ecancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
-			n, err := d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: j.id, LeaseVersion: j.leaseVersion, Lease: d.cfg.Lease})
+			n, err := d.q.OutboxExtendLease(ectx, db.OutboxExtendLeaseParams{ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner, Lease: d.cfg.Lease})
 			ecancel()
 			if err != nil {
 				d.log.Warn("heartbeat failed; will retry", slog.Int64("outbox_id", j.id), slog.Any("error", err))

@@ -80,11 +80,13 @@ func TestMarkDoneMany_FinalizesOnlyRowsWhoseVersionMatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	var idsArg, versions []int64
+	var owners []string
 	for _, c := range cs {
 		idsArg = append(idsArg, c.ID)
 		versions = append(versions, c.LeaseVersion)
+		owners = append(owners, c.Owner)
 	}
-	done, err := b.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: idsArg, LeaseVersions: versions})
+	done, err := b.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: idsArg, LeaseVersions: versions, LeaseOwners: owners})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +118,14 @@ func TestExtendLease_StaleVersionChangesNothing(t *testing.T) {
 		return u
 	}
 	before := leaseUntil()
-	n, err := b.q.OutboxExtendLease(ctx, db.OutboxExtendLeaseParams{ID: c.ID, LeaseVersion: c.LeaseVersion - 1, Lease: time.Hour})
+	n, err := b.q.OutboxExtendLease(ctx, db.OutboxExtendLeaseParams{ID: c.ID, LeaseVersion: c.LeaseVersion - 1, LeaseOwner: c.Owner, Lease: time.Hour})
 	if err != nil || n != 0 {
 		t.Fatalf("stale extend: n=%d err=%v, want 0 rows", n, err)
 	}
 	if got := leaseUntil(); !got.Equal(before) {
 		t.Fatalf("stale extend moved lease_until from %v to %v", before, got)
 	}
-	n, err = b.q.OutboxExtendLease(ctx, db.OutboxExtendLeaseParams{ID: c.ID, LeaseVersion: c.LeaseVersion, Lease: time.Hour})
+	n, err = b.q.OutboxExtendLease(ctx, db.OutboxExtendLeaseParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner, Lease: time.Hour})
 	if err != nil || n != 1 {
 		t.Fatalf("owner extend: n=%d err=%v, want 1 row", n, err)
 	}
@@ -141,16 +143,16 @@ func TestFencedWrites_StaleVersionChangesNothing(t *testing.T) {
 	c := b.claim(t, "w", 1, time.Minute, 12)[0]
 	ctx := context.Background()
 	stale := c.LeaseVersion - 1
-	if n, err := b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: c.ID, LeaseVersion: stale, Delay: 0, Error: "x"}); err != nil || n != 0 {
+	if n, err := b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: c.ID, LeaseVersion: stale, LeaseOwner: c.Owner, Delay: 0, Error: "x"}); err != nil || n != 0 {
 		t.Fatalf("reschedule: n=%d err=%v", n, err)
 	}
-	if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: stale, Error: "x"}); err != nil || n != 0 {
+	if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: stale, LeaseOwner: c.Owner, Error: "x"}); err != nil || n != 0 {
 		t.Fatalf("mark dead: n=%d err=%v", n, err)
 	}
-	if _, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: c.ID, LeaseVersion: stale, Delay: 0, Error: "x", MaxAge: time.Hour}); err != pgx.ErrNoRows {
+	if _, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: c.ID, LeaseVersion: stale, LeaseOwner: c.Owner, Delay: 0, Error: "x", MaxAge: time.Hour}); err != pgx.ErrNoRows {
 		t.Fatalf("defer: err=%v, want pgx.ErrNoRows", err)
 	}
-	if n, err := b.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: []int64{c.ID}, LeaseVersions: []int64{stale}}); err != nil || n != 0 {
+	if n, err := b.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: []int64{c.ID}, LeaseVersions: []int64{stale}, LeaseOwners: []string{c.Owner}}); err != nil || n != 0 {
 		t.Fatalf("release: n=%d err=%v", n, err)
 	}
 	if r := b.row(t, c.ID); r.Status != "processing" || r.Attempts != 1 || r.LeaseVersion != c.LeaseVersion {
@@ -170,7 +172,7 @@ func TestDefer_PastMaxAgeGoesDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []string{"dead", "pending"} {
-		got, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: cs[i].ID, LeaseVersion: cs[i].LeaseVersion,
+		got, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: cs[i].ID, LeaseVersion: cs[i].LeaseVersion, LeaseOwner: cs[i].Owner,
 			Delay: time.Minute, Error: "waiting for customer", MaxAge: 24 * time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -191,7 +193,7 @@ func TestLastError_TruncatedTo500Characters(t *testing.T) {
 	b.seed(t, 1, "a")
 	c := b.claim(t, "w", 1, time.Minute, 12)[0]
 	long := strings.Repeat("é", 2000)
-	if n, err := b.q.OutboxMarkDead(context.Background(), db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, Error: long}); err != nil || n != 1 {
+	if n, err := b.q.OutboxMarkDead(context.Background(), db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner, Error: long}); err != nil || n != 1 {
 		t.Fatalf("n=%d err=%v", n, err)
 	}
 	if got := len([]rune(*b.row(t, c.ID).LastError)); got != 500 {
@@ -207,11 +209,13 @@ func TestReleaseMany_HandsBackWithAttemptRefunded(t *testing.T) {
 	b.seed(t, 3, "a")
 	cs := b.claim(t, "w", 3, time.Minute, 12)
 	var idsArg, versions []int64
+	var owners []string
 	for _, c := range cs {
 		idsArg = append(idsArg, c.ID)
 		versions = append(versions, c.LeaseVersion)
+		owners = append(owners, c.Owner)
 	}
-	n, err := b.q.OutboxReleaseMany(context.Background(), db.OutboxReleaseManyParams{Ids: idsArg, LeaseVersions: versions})
+	n, err := b.q.OutboxReleaseMany(context.Background(), db.OutboxReleaseManyParams{Ids: idsArg, LeaseVersions: versions, LeaseOwners: owners})
 	if err != nil || n != 3 {
 		t.Fatalf("n=%d err=%v", n, err)
 	}
@@ -257,7 +261,7 @@ func TestDeadLetter_ListRedriveSkip(t *testing.T) {
 	cs := b.claim(t, "w", 5, time.Minute, 12)
 	ctx := context.Background()
 	for _, c := range cs[:4] {
-		if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, Error: "422"}); err != nil || n != 1 {
+		if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner, Error: "422"}); err != nil || n != 1 {
 			t.Fatal(n, err)
 		}
 	}

@@ -1,14 +1,22 @@
 -- Finalizes. Every write after a claim is fenced: it changes the row only if
--- the row is still processing under the lease_version the claim returned.
--- A worker whose lease expired and was taken over (lease_version moved on)
--- gets 0 rows and must not touch the row; a worker whose lease expired but
--- was NOT taken over still succeeds, because what decides is the generation,
--- not the clock. Fencing protects the database state only: the message may
--- already have been published, so downstream deduplicates by outbox id.
+-- the row is still processing under the claim's fencing token, the pair
+-- (lease_owner, lease_version) the claim wrote. A worker whose lease expired
+-- and was taken over (lease_version moved on) gets 0 rows and must not touch
+-- the row; a worker whose lease expired but was NOT taken over still
+-- succeeds, because what decides is the generation, not the clock.
+-- Why the owner too: lease_version alone is unique only while the history of
+-- the row is. After a failover to an asynchronous standby that never
+-- received the last claims, the row is back at an older lease_version, and
+-- the next claim hands the same lease_version out again. The dispatcher
+-- writes a lease_owner unique to each claim (owner name, a random run id and
+-- a claim number), so the old claim's token still does not match and its
+-- writes get 0 rows. Fencing protects the database state only: the message
+-- may already have been published, so downstream deduplicates by outbox id.
 -- Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
 
 -- OutboxMarkDone records a successful publish.
--- 0 rows: lease lost (taken over, or reaped) — log it, do nothing else.
+-- 0 rows: lease lost (taken over, reaped, or the claim itself lost in a
+-- failover to an asynchronous standby) — log it, do nothing else.
 -- name: OutboxMarkDone :execrows
 UPDATE outbox
    SET status      = 'done',
@@ -18,10 +26,12 @@ UPDATE outbox
        lease_until = NULL
  WHERE id = @id::bigint
    AND status = 'processing'
-   AND lease_version = @lease_version::bigint;
+   AND lease_version = @lease_version::bigint
+   AND lease_owner = @lease_owner::text;
 
 -- OutboxMarkDoneMany finalizes a batch of successful publishes in one
--- statement, each row still fenced by its own lease_version.
+-- statement, each row still fenced by its own token (@ids, @lease_versions
+-- and @lease_owners are parallel arrays).
 -- Access path: one primary-key lookup per id (a nested loop over the unnest),
 -- so the cost is O(batch). The expected status comes in through f.status on
 -- purpose: written as the literal o.status = 'processing' it lets the planner
@@ -39,10 +49,12 @@ UPDATE outbox AS o
        lease_until = NULL
   FROM (SELECT unnest(@ids::bigint[])            AS id,
                unnest(@lease_versions::bigint[]) AS lease_version,
+               unnest(@lease_owners::text[])     AS lease_owner,
                'processing'::text                AS status) AS f
  WHERE o.id = f.id
    AND o.status = f.status
    AND o.lease_version = f.lease_version
+   AND o.lease_owner = f.lease_owner
 RETURNING o.id;
 
 -- OutboxReschedule puts a message back to pending at now() + @delay: a
@@ -60,7 +72,8 @@ UPDATE outbox
        lease_until  = NULL
  WHERE id = @id::bigint
    AND status = 'processing'
-   AND lease_version = @lease_version::bigint;
+   AND lease_version = @lease_version::bigint
+   AND lease_owner = @lease_owner::text;
 
 -- OutboxDefer is the business defer with a deadline: back to pending at
 -- now() + @delay with the attempt refunded, unless the message is older than
@@ -82,6 +95,7 @@ UPDATE outbox
  WHERE id = @id::bigint
    AND status = 'processing'
    AND lease_version = @lease_version::bigint
+   AND lease_owner = @lease_owner::text
 RETURNING status;
 
 -- OutboxMarkDead sends a message to dead for a person to look at: a permanent
@@ -96,7 +110,8 @@ UPDATE outbox
        lease_until = NULL
  WHERE id = @id::bigint
    AND status = 'processing'
-   AND lease_version = @lease_version::bigint;
+   AND lease_version = @lease_version::bigint
+   AND lease_owner = @lease_owner::text;
 
 -- OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
 -- shutdown, or a lease too close to expiry to start publishing): pending,
@@ -113,7 +128,9 @@ UPDATE outbox AS o
        lease_until  = NULL
   FROM (SELECT unnest(@ids::bigint[])            AS id,
                unnest(@lease_versions::bigint[]) AS lease_version,
+               unnest(@lease_owners::text[])     AS lease_owner,
                'processing'::text                AS status) AS f
  WHERE o.id = f.id
    AND o.status = f.status
-   AND o.lease_version = f.lease_version;
+   AND o.lease_version = f.lease_version
+   AND o.lease_owner = f.lease_owner;

@@ -62,6 +62,7 @@ type claimed struct {
 	LeaseVersion int64
 	Attempts     int32
 	AggregateID  string
+	Owner        string // the lease_owner the claim wrote: with LeaseVersion, the fencing token
 }
 
 func (b *bundle) claim(t *testing.T, owner string, batch int, lease time.Duration, maxAttempts int) []claimed {
@@ -86,7 +87,7 @@ func claimWith(ctx context.Context, q *db.Queries, owner string, batch int, leas
 	}
 	out := make([]claimed, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, claimed{r.ID, r.LeaseVersion, r.Attempts, r.AggregateID})
+		out = append(out, claimed{r.ID, r.LeaseVersion, r.Attempts, r.AggregateID, owner})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -110,7 +111,7 @@ func claimOrderedWith(ctx context.Context, q *db.Queries, owner string, batch in
 	}
 	out := make([]claimed, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, claimed{r.ID, r.LeaseVersion, r.Attempts, r.AggregateID})
+		out = append(out, claimed{r.ID, r.LeaseVersion, r.Attempts, r.AggregateID, owner})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -118,7 +119,7 @@ func claimOrderedWith(ctx context.Context, q *db.Queries, owner string, batch in
 
 func (b *bundle) markDone(t *testing.T, c claimed) bool {
 	t.Helper()
-	n, err := b.q.OutboxMarkDone(context.Background(), db.OutboxMarkDoneParams{ID: c.ID, LeaseVersion: c.LeaseVersion})
+	n, err := b.q.OutboxMarkDone(context.Background(), db.OutboxMarkDoneParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,20 +192,20 @@ func dispatchOnce(ctx context.Context, q *db.Queries, publish publishFunc, owner
 		)
 		switch {
 		case perr == nil:
-			n, err = q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: m.ID, LeaseVersion: m.LeaseVersion})
+			n, err = q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner})
 		case errors.As(perr, &d):
-			n, err = q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: m.ID, LeaseVersion: m.LeaseVersion,
+			n, err = q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner,
 				Delay: d.delay, Error: "deferred: " + d.reason, RefundAttempt: true})
 		case errors.As(perr, &r):
 			if int(m.Attempts) >= maxAttempts {
-				n, err = q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: m.ID, LeaseVersion: m.LeaseVersion,
+				n, err = q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner,
 					Error: "retries exhausted: " + r.Error()})
 			} else {
-				n, err = q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: m.ID, LeaseVersion: m.LeaseVersion,
+				n, err = q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner,
 					Delay: fullJitter(int(m.Attempts), time.Millisecond, 10*time.Millisecond), Error: r.Error()})
 			}
 		case errors.As(perr, &p):
-			n, err = q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: m.ID, LeaseVersion: m.LeaseVersion, Error: p.Error()})
+			n, err = q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner, Error: p.Error()})
 		default:
 			return len(msgs), lost, perr // the seed does not catch unclassified errors
 		}

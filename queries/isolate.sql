@@ -7,7 +7,8 @@
 -- apart and sent to dead (OutboxMarkDead) while its neighbours flow. The
 -- recovery lane uses them too: a recovered message is read the same way.
 -- Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
--- OutboxClaim does, so every later write is fenced the same way.
+-- OutboxClaim does, so every later write is fenced the same way (on
+-- lease_owner and lease_version).
 
 -- OutboxIsolateClaim claims up to @batch unordered pending messages without
 -- their payload: the same rows, in the same id order, as OutboxClaim's ready
@@ -111,7 +112,8 @@ UPDATE outbox AS o
 RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 
 -- OutboxIsolateRead reads one claimed message in full, fenced: only while the
--- caller still holds the lease it claimed. A data or resource error here
+-- caller still holds the lease it claimed (lease_owner and lease_version, the
+-- token of finalize.sql). A data or resource error here
 -- (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
 -- it to dead with OutboxMarkDead, naming the SQLSTATE.
 -- Lock strategy: none (a plain read by primary key).
@@ -121,4 +123,5 @@ SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_a
   FROM outbox
  WHERE id = @id::bigint
    AND status = 'processing'
-   AND lease_version = @lease_version::bigint;
+   AND lease_version = @lease_version::bigint
+   AND lease_owner = @lease_owner::text;

@@ -612,7 +612,7 @@ func TestOrderedClaim_DeadHeadBlocksOnlyItsAggregate(t *testing.T) {
 	head := claimOrderedN(t, b, 4)
 	for _, c := range head {
 		if c.ID == blocked[0] {
-			if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, Error: "422"}); err != nil || n != 1 {
+			if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner, Error: "422"}); err != nil || n != 1 {
 				t.Fatal(n, err)
 			}
 		} else {

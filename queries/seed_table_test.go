@@ -356,7 +356,7 @@ func TestOrderedClaim_FourWorkersFinalizeInIDOrder(t *testing.T) {
 				}
 				for _, r := range rows {
 					mu.Lock() // finalize and record atomically, as the order witness
-					n, err := b.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion})
+					n, err := b.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: r.Owner})
 					if err == nil && n == 1 {
 						order = append(order, r.ID)
 					}

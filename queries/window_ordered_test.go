@@ -102,7 +102,7 @@ func TestClaimOrderedWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t
 			for i, r := range rows {
 				kv[i] = db.OutboxClaimWindowRow{ID: r.ID, LeaseVersion: r.LeaseVersion}
 			}
-			b.doneAll(t, kv)
+			b.doneAll(t, w.owner, kv)
 			processed += int64(len(rows))
 		}
 	}
@@ -237,15 +237,15 @@ func TestClaimOrderedWindow_HeadsUnderConcurrentProducersAndEveryOutcome(t *test
 		for _, r := range rows {
 			switch x := rng.IntN(10); {
 			case x < 6:
-				if _, err := b.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion}); err != nil {
+				if _, err := b.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: w.owner}); err != nil {
 					t.Fatal(err)
 				}
 			case x < 8:
-				if _, err := b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: r.ID, LeaseVersion: r.LeaseVersion, Delay: time.Millisecond, Error: "retry"}); err != nil {
+				if _, err := b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: w.owner, Delay: time.Millisecond, Error: "retry"}); err != nil {
 					t.Fatal(err)
 				}
 			default:
-				if _, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: r.ID, LeaseVersion: r.LeaseVersion, Error: "dead"}); err != nil {
+				if _, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: w.owner, Error: "dead"}); err != nil {
 					t.Fatal(err)
 				}
 				if x == 8 {

@@ -85,14 +85,16 @@ func windowIDs(rows []db.OutboxClaimWindowRow) []int64 {
 	return out
 }
 
-func (b *bundle) doneAll(t *testing.T, rows []db.OutboxClaimWindowRow) {
+// doneAll finalizes rows claimed under owner.
+func (b *bundle) doneAll(t *testing.T, owner string, rows []db.OutboxClaimWindowRow) {
 	t.Helper()
 	idv := make([]int64, len(rows))
 	lv := make([]int64, len(rows))
+	owners := make([]string, len(rows))
 	for i, r := range rows {
-		idv[i], lv[i] = r.ID, r.LeaseVersion
+		idv[i], lv[i], owners[i] = r.ID, r.LeaseVersion, owner
 	}
-	done, err := b.q.OutboxMarkDoneMany(context.Background(), db.OutboxMarkDoneManyParams{Ids: idv, LeaseVersions: lv})
+	done, err := b.q.OutboxMarkDoneMany(context.Background(), db.OutboxMarkDoneManyParams{Ids: idv, LeaseVersions: lv, LeaseOwners: owners})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +227,7 @@ func TestClaimWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t *testi
 			for left := 4000; ; {
 				rows := w.claim(t, 500)
 				if len(rows) > 0 {
-					b.doneAll(t, rows)
+					b.doneAll(t, w.owner, rows)
 				}
 				processed += int64(len(rows))
 				left -= len(rows)
@@ -307,7 +309,7 @@ func TestClaimWindow_Lanes(t *testing.T) {
 		if got := windowIDs(rows); fmt.Sprint(got) != fmt.Sprint(after) {
 			t.Fatalf("claimed %v, want %v (the open transaction's row must not hold them up)", got, after)
 		}
-		b.doneAll(t, rows)
+		b.doneAll(t, w.owner, rows)
 		more := b.seed(t, 2, "b")
 		rows = w.claim(t, 10) // the cursor has moved past the late transaction's xid
 		if fmt.Sprint(windowIDs(rows)) != fmt.Sprint(more) {
@@ -348,14 +350,14 @@ func TestClaimWindow_Lanes(t *testing.T) {
 				t.Fatalf("%d rows affected, want 1", n)
 			}
 		}
-		mustRows(b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: seeded[0], LeaseVersion: lv[seeded[0]], Delay: 300 * time.Millisecond, Error: "later"}))
-		if _, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: seeded[1], LeaseVersion: lv[seeded[1]], Delay: 0, Error: "busy", MaxAge: time.Hour}); err != nil {
+		mustRows(b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: seeded[0], LeaseVersion: lv[seeded[0]], LeaseOwner: w.owner, Delay: 300 * time.Millisecond, Error: "later"}))
+		if _, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: seeded[1], LeaseVersion: lv[seeded[1]], LeaseOwner: w.owner, Delay: 0, Error: "busy", MaxAge: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
-		mustRows(b.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: []int64{seeded[2]}, LeaseVersions: []int64{lv[seeded[2]]}}))
-		mustRows(b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: seeded[3], LeaseVersion: lv[seeded[3]], Error: "bad"}))
+		mustRows(b.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: []int64{seeded[2]}, LeaseVersions: []int64{lv[seeded[2]]}, LeaseOwners: []string{w.owner}}))
+		mustRows(b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: seeded[3], LeaseVersion: lv[seeded[3]], LeaseOwner: w.owner, Error: "bad"}))
 		mustRows(b.q.OutboxRedriveDead(ctx, seeded[3]))
-		mustRows(b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: seeded[4], LeaseVersion: lv[seeded[4]], Error: "bad"}))
+		mustRows(b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: seeded[4], LeaseVersion: lv[seeded[4]], LeaseOwner: w.owner, Error: "bad"}))
 		if _, err := b.pool.Exec(ctx, `UPDATE outbox SET status = 'pending' WHERE id = $1`, seeded[4]); err != nil {
 			t.Fatal(err)
 		}

@@ -319,7 +319,8 @@ func relaysUp(rs []*relay) int {
 }
 
 func heldBy(ctx context.Context, pool *pgxpool.Pool, owner string) []int64 {
-	rows, err := pool.Query(ctx, `SELECT id FROM outbox WHERE status = 'processing' AND lease_owner = $1`, owner)
+	// Each claim writes lease_owner = owner + "/" + run id + "." + claim number.
+	rows, err := pool.Query(ctx, `SELECT id FROM outbox WHERE status = 'processing' AND starts_with(lease_owner, $1 || '/')`, owner)
 	if err != nil {
 		return nil
 	}

@@ -256,7 +256,7 @@ func main() {
 			panic(err)
 		}
 		for _, r := range rows {
-			n, err := q.{{CAMEL}}MarkDone(ctx, ob.{{CAMEL}}MarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion})
+			n, err := q.{{CAMEL}}MarkDone(ctx, ob.{{CAMEL}}MarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: "adopt-relay"})
 			if err != nil || n != 1 {
 				panic(fmt.Sprint("mark done: ", n, err))
 			}

@@ -293,7 +293,7 @@ func run() error {
 	}
 	var created time.Time = rows[0].CreatedAt
 	_ = created
-	done, err := q.BillingOutboxMarkDone(ctx, billingoutbox.BillingOutboxMarkDoneParams{ID: id, LeaseVersion: rows[0].LeaseVersion})
+	done, err := q.BillingOutboxMarkDone(ctx, billingoutbox.BillingOutboxMarkDoneParams{ID: id, LeaseVersion: rows[0].LeaseVersion, LeaseOwner: "check"})
 	if err != nil || done != 1 {
 		return fmt.Errorf("mark done: %d %v", done, err)
 	}

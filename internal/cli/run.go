@@ -142,7 +142,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	stdoutCE := f.Bool("stdout-cloudevents", false, "stdout: add the CloudEvents attributes (\"ce\") to each line")
 	ceSource := f.String("ce-source", "", "CloudEvents source attribute; with the outbox id it forms the idempotency key consumers deduplicate on (default: pgoutbox://HOST:PORT/DATABASE/public.outbox from the database URL; give every relay of one outbox the same value)")
 
-	owner := f.String("owner", "", "lease owner name written to lease_owner (default: host-pid-random)")
+	owner := f.String("owner", "", "relay name; each claim writes lease_owner = owner/run-id.claim-number (default: host-pid)")
 	batch := f.int64("batch", dispatcher.BatchDefault, "most messages per claim (1-10000)")
 	lease := f.duration("lease", dispatcher.LeaseDefault, "how long a claim owns a message before another dispatcher may take it over")
 	maxAttempts := f.int64("max-attempts", dispatcher.MaxAttemptsDefault, "claims after which a failing message goes to dead")

@@ -67,6 +67,11 @@ func FindBin() (string, error) {
 		return "", fmt.Errorf("PG_BIN=%s has no pg_ctl: %w", d, ErrNoBinaries)
 	}
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		// A symlink (/usr/local/bin/pg_ctl -> /usr/lib/postgresql/15/bin)
+		// names the directory of the other binaries only once resolved.
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
 		return filepath.Dir(p), nil
 	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
