@@ -8,7 +8,7 @@ import (
 )
 
 type blockedPage struct {
-	Rows         []db.OutboxBlockedAggregatesRow
+	Rows         []db.OutboxConsoleBlockedRow
 	StalledAfter time.Duration
 	Max          int
 }
@@ -17,7 +17,7 @@ const blockedMax = 100
 
 func (c *Console) blocked(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rows, err := c.q.OutboxBlockedAggregates(r.Context(), db.OutboxBlockedAggregatesParams{
+	rows, err := c.q.OutboxConsoleBlocked(r.Context(), db.OutboxConsoleBlockedParams{
 		StalledAfter: c.cfg.StalledAfter, MaxRows: blockedMax})
 	if err != nil {
 		c.fail(w, r, start, err)

@@ -46,7 +46,7 @@ const (
 	PageRowsDefault     = 50
 	ScanRowsDefault     = 20000
 	CountCapDefault     = 100000
-	PerMinuteCapDefault = 2000
+	PerMinuteCapDefault = 500
 	BulkBatchDefault    = 1000
 )
 
@@ -96,7 +96,7 @@ type Config struct {
 	// Defaults to 100,000.
 	CountCap int
 	// PerMinuteCap bounds the delivered rows the charts read per minute;
-	// above it the rate is estimated. Defaults to 2,000.
+	// above it the rate is estimated. Defaults to 500.
 	PerMinuteCap int
 	// BulkBatch is the number of rows one statement of a bulk action
 	// changes. Defaults to 1,000.

@@ -56,7 +56,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	run(func(ctx context.Context) {
 		counts, errCounts = c.q.OutboxConsoleStatusCounts(ctx, int32(c.cfg.CountCap))
 	})
-	run(func(ctx context.Context) { o.OldestAgeSeconds, errAge = c.q.OutboxOldestPendingAge(ctx) })
+	run(func(ctx context.Context) { o.OldestAgeSeconds, errAge = c.q.OutboxConsoleOldestUndelivered(ctx, 1000) })
 	run(func(ctx context.Context) { o.ExpiredLeases, errExp = c.q.OutboxExpiredLeases(ctx) })
 	run(func(ctx context.Context) { o.LeaseOwners, errLeas = c.q.OutboxConsoleLeaseOwners(ctx, 20) })
 	run(func(ctx context.Context) {

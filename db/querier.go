@@ -126,10 +126,20 @@ type Querier interface {
 	// 0 rows: no aggregate has a claimable head right now; it may be blocked by a
 	// dead head, or a head in flight or in backoff.
 	OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]OutboxClaimOrderedRow, error)
-	// OutboxConsoleBlockedCount: how many ordered aggregates are blocked (dead
-	// head, or oldest undelivered message older than @stalled_after), stopping
-	// at @cap, with the same definition as OutboxBlockedAggregates.
-	// Index: outbox_ordered_head (undelivered ordered rows only).
+	// OutboxConsoleBlocked: ordered aggregates whose head is dead, or whose
+	// oldest undelivered message is older than @stalled_after (database clock):
+	// the definition of OutboxBlockedAggregates, oldest first, at most
+	// @max_rows. The grouping reads outbox_ordered_head alone (id, status and
+	// created_at are INCLUDE columns, migration 00006); the head (lowest seq) is
+	// one probe of the same index per aggregate; only the heads shown are read
+	// from the table (event type, attempts, error).
+	// Index: outbox_ordered_head (undelivered ordered rows only), then the
+	// primary key for at most @max_rows heads.
+	OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]OutboxConsoleBlockedRow, error)
+	// OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
+	// OutboxConsoleBlocked), stopping at @cap.
+	// Index: outbox_ordered_head alone (INCLUDE columns, migration 00006): one
+	// pass to group, one probe per aggregate for its head.
 	OutboxConsoleBlockedCount(ctx context.Context, arg OutboxConsoleBlockedCountParams) (int64, error)
 	// OutboxConsoleCreatedAtFrom: the first row at or after @id and its
 	// created_at: one probe of the binary search that turns a time range into an
@@ -194,6 +204,16 @@ type Querier interface {
 	OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]OutboxConsoleMessagesRow, error)
 	// OutboxConsoleNow: the database clock, which every age on the pages uses.
 	OutboxConsoleNow(ctx context.Context) (time.Time, error)
+	// OutboxConsoleOldestUndelivered: age in seconds of the oldest undelivered
+	// message (pending or processing), database clock; 0 when there is none.
+	// The figure of OutboxOldestPendingAge, read with bounded work: unordered
+	// pending rows are taken as the @lowest_ids lowest ids of outbox_pending
+	// (ids follow insertion order, so the oldest is among them unless a
+	// producer's transaction stayed open while @lowest_ids newer rows were
+	// inserted), ordered ones from outbox_ordered_head alone (created_at is an
+	// INCLUDE column, migration 00006), processing ones through outbox_leased
+	// (bounded by what relays hold).
+	OutboxConsoleOldestUndelivered(ctx context.Context, lowestIds int32) (float64, error)
 	// OutboxConsoleRedriveDeadMany redrives dead messages, as OutboxRedriveDead
 	// does one: pending, attempts 0, available now; last_error keeps the
 	// history. Callers NOTIFY (OutboxNotify) afterwards to wake dispatchers.
@@ -240,7 +260,8 @@ type Querier interface {
 	// the planner's estimate of all rows (pg_class.reltuples, -1 when the table
 	// has never been analyzed), from which the page estimates the done rows.
 	// Indexes: outbox_pending (pending, unordered), outbox_ordered_head (pending,
-	// ordered; an unsequenced ordered row is uncommitted and invisible anyway),
+	// ordered, from the index alone: status is an INCLUDE column since 00006;
+	// an unsequenced ordered row is uncommitted and invisible anyway),
 	// outbox_leased (processing), outbox_dead (dead). Never reads a done row.
 	OutboxConsoleStatusCounts(ctx context.Context, cap int32) (OutboxConsoleStatusCountsRow, error)
 	// Monitoring: the seed's section 6, read-only, no locks taken.

@@ -18,7 +18,8 @@
 -- the planner's estimate of all rows (pg_class.reltuples, -1 when the table
 -- has never been analyzed), from which the page estimates the done rows.
 -- Indexes: outbox_pending (pending, unordered), outbox_ordered_head (pending,
--- ordered; an unsequenced ordered row is uncommitted and invisible anyway),
+-- ordered, from the index alone: status is an INCLUDE column since 00006;
+-- an unsequenced ordered row is uncommitted and invisible anyway),
 -- outbox_leased (processing), outbox_dead (dead). Never reads a done row.
 -- name: OutboxConsoleStatusCounts :one
 SELECT ((SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND NOT ordered LIMIT @cap::integer) AS p)
@@ -273,19 +274,75 @@ UPDATE outbox
    AND available_at > now()
 RETURNING id;
 
--- OutboxConsoleBlockedCount: how many ordered aggregates are blocked (dead
--- head, or oldest undelivered message older than @stalled_after), stopping
--- at @cap, with the same definition as OutboxBlockedAggregates.
--- Index: outbox_ordered_head (undelivered ordered rows only).
+-- OutboxConsoleOldestUndelivered: age in seconds of the oldest undelivered
+-- message (pending or processing), database clock; 0 when there is none.
+-- The figure of OutboxOldestPendingAge, read with bounded work: unordered
+-- pending rows are taken as the @lowest_ids lowest ids of outbox_pending
+-- (ids follow insertion order, so the oldest is among them unless a
+-- producer's transaction stayed open while @lowest_ids newer rows were
+-- inserted), ordered ones from outbox_ordered_head alone (created_at is an
+-- INCLUDE column, migration 00006), processing ones through outbox_leased
+-- (bounded by what relays hold).
+-- name: OutboxConsoleOldestUndelivered :one
+SELECT coalesce(extract(epoch FROM now() - min(u.created_at)), 0)::float8 AS oldest_age_seconds
+  FROM ((SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered ORDER BY id LIMIT @lowest_ids::integer)
+        UNION ALL
+        SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL
+        UNION ALL
+        SELECT created_at FROM outbox WHERE status = 'processing') AS u;
+
+-- OutboxConsoleBlocked: ordered aggregates whose head is dead, or whose
+-- oldest undelivered message is older than @stalled_after (database clock):
+-- the definition of OutboxBlockedAggregates, oldest first, at most
+-- @max_rows. The grouping reads outbox_ordered_head alone (id, status and
+-- created_at are INCLUDE columns, migration 00006); the head (lowest seq) is
+-- one probe of the same index per aggregate; only the heads shown are read
+-- from the table (event type, attempts, error).
+-- Index: outbox_ordered_head (undelivered ordered rows only), then the
+-- primary key for at most @max_rows heads.
+-- name: OutboxConsoleBlocked :many
+WITH agg AS (
+    SELECT aggregate_id, count(*) AS backlog, min(created_at) AS oldest_created_at, min(seq) AS head_seq
+      FROM outbox
+     WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
+     GROUP BY aggregate_id
+), blocked AS (
+    SELECT a.aggregate_id, a.backlog, a.oldest_created_at, h.id AS head_id, h.status AS head_status
+      FROM agg AS a
+      JOIN outbox AS h
+        ON h.aggregate_id = a.aggregate_id AND h.seq = a.head_seq
+       AND h.ordered AND h.seq IS NOT NULL AND h.status IN ('pending', 'processing', 'dead')
+     WHERE h.status = 'dead'
+        OR a.oldest_created_at < now() - @stalled_after::interval
+     ORDER BY a.oldest_created_at
+     LIMIT @max_rows::integer
+)
+SELECT b.aggregate_id,
+       b.head_id,
+       b.head_status,
+       o.event_type AS head_event_type,
+       o.attempts   AS head_attempts,
+       o.last_error AS head_last_error,
+       b.backlog,
+       extract(epoch FROM now() - b.oldest_created_at)::float8 AS oldest_age_seconds
+  FROM blocked AS b
+  JOIN outbox AS o ON o.id = b.head_id
+ ORDER BY b.oldest_created_at;
+
+-- OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
+-- OutboxConsoleBlocked), stopping at @cap.
+-- Index: outbox_ordered_head alone (INCLUDE columns, migration 00006): one
+-- pass to group, one probe per aggregate for its head.
 -- name: OutboxConsoleBlockedCount :one
 SELECT count(*) AS blocked
   FROM (SELECT 1
-          FROM (SELECT aggregate_id,
-                       min(created_at) AS oldest_created_at,
-                       (array_agg(status ORDER BY seq))[1] AS head_status
+          FROM (SELECT aggregate_id, min(created_at) AS oldest_created_at, min(seq) AS head_seq
                   FROM outbox
                  WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
                  GROUP BY aggregate_id) AS a
-         WHERE a.head_status = 'dead'
+          JOIN outbox AS h
+            ON h.aggregate_id = a.aggregate_id AND h.seq = a.head_seq
+           AND h.ordered AND h.seq IS NOT NULL AND h.status IN ('pending', 'processing', 'dead')
+         WHERE h.status = 'dead'
             OR a.oldest_created_at < now() - @stalled_after::interval
          LIMIT @cap::integer) AS b;
