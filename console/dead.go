@@ -37,7 +37,7 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Rows = rows
-	if err := c.setCursor(&p.listPage, f, len(rows), lastDeadID(rows), window); err != nil {
+	if err := c.setCursor(&p.listPage, c.cfg.Prefix+"/dead", f, len(rows), lastDeadID(rows), window); err != nil {
 		c.fail(w, r, start, err)
 		return
 	}

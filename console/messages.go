@@ -13,8 +13,8 @@ type listPage struct {
 	Filter   filter
 	Statuses []string
 	Scanned  int64  // index entries the window held when the page was not full
-	Next     string // query string of the next (older) page; "" = last page
-	First    string // query string of the first page with this filter
+	Next     string // URL of the next (older) page; "" = last page
+	First    string // URL of the first page with this filter
 	Paged    bool   // this is not the first page
 }
 
@@ -54,7 +54,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 				AggregateID: d.AggregateID, EventType: d.EventType, Status: "dead", Attempts: d.Attempts,
 				CreatedAt: d.CreatedAt, Ordered: d.Ordered, LastError: d.LastError})
 		}
-		err = c.setCursor(&p.listPage, f, len(rows), lastDeadID(rows), window)
+		err = c.setCursor(&p.listPage, c.cfg.Prefix+"/messages", f, len(rows), lastDeadID(rows), window)
 		if err != nil {
 			c.fail(w, r, start, err)
 			return
@@ -72,7 +72,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 		if len(p.Rows) > 0 {
 			last = p.Rows[len(p.Rows)-1].ID
 		}
-		err = c.setCursor(&p.listPage, f, len(p.Rows), last, func() (int64, int64, error) {
+		err = c.setCursor(&p.listPage, c.cfg.Prefix+"/messages", f, len(p.Rows), last, func() (int64, int64, error) {
 			win, err := c.q.OutboxConsoleScanWindow(ctx, db.OutboxConsoleScanWindowParams{
 				BeforeID: before, MinID: minID, ScanRows: int32(c.cfg.ScanRows)})
 			return win.LowestID, win.Scanned, err
@@ -85,9 +85,12 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, start, http.StatusOK, "messages", "Messages", "messages", 0, p)
 }
 
-func (c *Console) setCursor(p *listPage, f filter, rows int, lastID int64, window func() (int64, int64, error)) error {
+func (c *Console) setCursor(p *listPage, path string, f filter, rows int, lastID int64, window func() (int64, int64, error)) error {
 	v := f.values()
-	p.First = v.Encode()
+	p.First = path
+	if len(v) > 0 {
+		p.First += "?" + v.Encode()
+	}
 	var next int64
 	if rows == c.cfg.PageRows {
 		next = lastID
@@ -103,7 +106,7 @@ func (c *Console) setCursor(p *listPage, f filter, rows int, lastID int64, windo
 	}
 	if next > 0 {
 		v.Set("before", strconv.FormatInt(next, 10))
-		p.Next = v.Encode()
+		p.Next = path + "?" + v.Encode()
 	}
 	return nil
 }
