@@ -430,7 +430,9 @@ func TestConsole_TimeRangeFilter(t *testing.T) {
 	}
 	s := f.serve(t, console.Config{PageRows: 5, ScanRows: 10})
 	c := newClient(t, s.URL)
-	day := func(d int) string { return time.Now().UTC().Add(time.Duration(-d) * 24 * time.Hour).Format("2006-01-02T15:04") }
+	day := func(d int) string {
+		return time.Now().UTC().Add(time.Duration(-d) * 24 * time.Hour).Format("2006-01-02T15:04")
+	}
 	got, _ := walk(t, c, "/messages?from="+day(4)+"&to="+day(1))
 	if fmt.Sprint(got) != fmt.Sprint([]int64{ids[1], ids[0]}) {
 		t.Errorf("from 4 days ago to 1 day ago: %v, want %v", got, []int64{ids[1], ids[0]})
