@@ -685,6 +685,7 @@ SELECT now()::timestamptz AS now
 `
 
 // OutboxConsoleNow: the database clock, which every age on the pages uses.
+// No table read.
 func (q *Queries) OutboxConsoleNow(ctx context.Context) (time.Time, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleNow)
 	var now time.Time

@@ -203,6 +203,7 @@ type Querier interface {
 	// Index: the primary key (backward range scan, bounded by @scan_rows).
 	OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]OutboxConsoleMessagesRow, error)
 	// OutboxConsoleNow: the database clock, which every age on the pages uses.
+	// No table read.
 	OutboxConsoleNow(ctx context.Context) (time.Time, error)
 	// OutboxConsoleOldestUndelivered: age in seconds of the oldest undelivered
 	// message (pending or processing), database clock; 0 when there is none.

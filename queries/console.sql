@@ -80,6 +80,7 @@ SELECT b.minute::timestamptz AS minute,
  ORDER BY b.minute;
 
 -- OutboxConsoleNow: the database clock, which every age on the pages uses.
+-- No table read.
 -- name: OutboxConsoleNow :one
 SELECT now()::timestamptz AS now;
 
