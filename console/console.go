@@ -44,7 +44,7 @@ const (
 	RefreshDefault      = 5 * time.Second
 	StalledAfterDefault = 5 * time.Minute
 	PageRowsDefault     = 50
-	ScanRowsDefault     = 20000
+	ScanRowsDefault     = 10000
 	CountCapDefault     = 100000
 	PerMinuteCapDefault = 500
 	BulkBatchDefault    = 1000
@@ -90,7 +90,7 @@ type Config struct {
 	// PageRows is the number of rows per list page. Defaults to 50.
 	PageRows int
 	// ScanRows bounds the index entries a list page reads to fill one page
-	// (a selective filter then pages through windows). Defaults to 20,000.
+	// (a selective filter then pages through windows). Defaults to 10,000.
 	ScanRows int
 	// CountCap is where status counts stop counting (shown as "100,000+").
 	// Defaults to 100,000.

@@ -13,17 +13,19 @@ import (
 )
 
 const outboxConsoleBlocked = `-- name: OutboxConsoleBlocked :many
-WITH agg AS (
-    SELECT aggregate_id, count(*) AS backlog, min(created_at) AS oldest_created_at, min(seq) AS head_seq
-      FROM outbox
-     WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
-     GROUP BY aggregate_id
-), blocked AS (
+WITH blocked AS (
     SELECT a.aggregate_id, a.backlog, a.oldest_created_at, h.id AS head_id, h.status AS head_status
-      FROM agg AS a
-      JOIN outbox AS h
-        ON h.aggregate_id = a.aggregate_id AND h.seq = a.head_seq
-       AND h.ordered AND h.seq IS NOT NULL AND h.status IN ('pending', 'processing', 'dead')
+      FROM (SELECT aggregate_id, count(*) AS backlog, min(created_at) AS oldest_created_at
+              FROM outbox
+             WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
+             GROUP BY aggregate_id) AS a
+     CROSS JOIN LATERAL (
+            SELECT o.id, o.status
+              FROM outbox AS o
+             WHERE o.aggregate_id = a.aggregate_id
+               AND o.ordered AND o.seq IS NOT NULL AND o.status IN ('pending', 'processing', 'dead')
+             ORDER BY o.seq
+             LIMIT 1) AS h
      WHERE h.status = 'dead'
         OR a.oldest_created_at < now() - $1::interval
      ORDER BY a.oldest_created_at
@@ -63,8 +65,9 @@ type OutboxConsoleBlockedRow struct {
 // the definition of OutboxBlockedAggregates, oldest first, at most
 // @max_rows. The grouping reads outbox_ordered_head alone (id, status and
 // created_at are INCLUDE columns, migration 00006); the head (lowest seq) is
-// one probe of the same index per aggregate; only the heads shown are read
-// from the table (event type, attempts, error).
+// one LIMIT 1 probe of the same index per aggregate (a LATERAL, so that a
+// low row estimate can never turn it into a scan per aggregate); only the
+// heads shown are read from the table (event type, attempts, error).
 // Index: outbox_ordered_head (undelivered ordered rows only), then the
 // primary key for at most @max_rows heads.
 func (q *Queries) OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]OutboxConsoleBlockedRow, error) {
@@ -99,13 +102,17 @@ func (q *Queries) OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlo
 const outboxConsoleBlockedCount = `-- name: OutboxConsoleBlockedCount :one
 SELECT count(*) AS blocked
   FROM (SELECT 1
-          FROM (SELECT aggregate_id, min(created_at) AS oldest_created_at, min(seq) AS head_seq
+          FROM (SELECT aggregate_id, min(created_at) AS oldest_created_at
                   FROM outbox
                  WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
                  GROUP BY aggregate_id) AS a
-          JOIN outbox AS h
-            ON h.aggregate_id = a.aggregate_id AND h.seq = a.head_seq
-           AND h.ordered AND h.seq IS NOT NULL AND h.status IN ('pending', 'processing', 'dead')
+         CROSS JOIN LATERAL (
+                SELECT o.status
+                  FROM outbox AS o
+                 WHERE o.aggregate_id = a.aggregate_id
+                   AND o.ordered AND o.seq IS NOT NULL AND o.status IN ('pending', 'processing', 'dead')
+                 ORDER BY o.seq
+                 LIMIT 1) AS h
          WHERE h.status = 'dead'
             OR a.oldest_created_at < now() - $1::interval
          LIMIT $2::integer) AS b
@@ -119,7 +126,7 @@ type OutboxConsoleBlockedCountParams struct {
 // OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
 // OutboxConsoleBlocked), stopping at @cap.
 // Index: outbox_ordered_head alone (INCLUDE columns, migration 00006): one
-// pass to group, one probe per aggregate for its head.
+// pass to group, one LIMIT 1 probe per aggregate for its head.
 func (q *Queries) OutboxConsoleBlockedCount(ctx context.Context, arg OutboxConsoleBlockedCountParams) (int64, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleBlockedCount, arg.StalledAfter, arg.Cap)
 	var blocked int64
@@ -153,23 +160,25 @@ func (q *Queries) OutboxConsoleCreatedAtFrom(ctx context.Context, id int64) (Out
 }
 
 const outboxConsoleDead = `-- name: OutboxConsoleDead :many
-SELECT w.id, w.aggregate_type, w.aggregate_id, w.event_type, w.attempts, w.last_error,
-       w.created_at, w.ordered
-  FROM (SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.attempts, o.last_error,
-               o.created_at, o.ordered
-          FROM outbox AS o
-         WHERE o.status = 'dead'
-           AND o.id < $1::bigint
-           AND o.id >= $2::bigint
-         ORDER BY o.id DESC
-         LIMIT $3::integer) AS w
- WHERE ($4::text IS NULL OR w.event_type = $4::text)
-   AND ($5::text IS NULL OR w.aggregate_type = $5::text)
-   AND ($6::text IS NULL OR w.aggregate_id = $6::text)
-   AND ($7::timestamptz IS NULL OR w.created_at >= $7::timestamptz)
-   AND ($8::timestamptz IS NULL OR w.created_at < $8::timestamptz)
- ORDER BY w.id DESC
- LIMIT $9::integer
+SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.attempts, o.last_error,
+       o.created_at, o.ordered
+  FROM (SELECT w.id
+          FROM (SELECT d.id, d.event_type, d.aggregate_type, d.aggregate_id, d.created_at
+                  FROM outbox AS d
+                 WHERE d.status = 'dead'
+                   AND d.id < $1::bigint
+                   AND d.id >= $2::bigint
+                 ORDER BY d.id DESC
+                 LIMIT $3::integer) AS w
+         WHERE ($4::text IS NULL OR w.event_type = $4::text)
+           AND ($5::text IS NULL OR w.aggregate_type = $5::text)
+           AND ($6::text IS NULL OR w.aggregate_id = $6::text)
+           AND ($7::timestamptz IS NULL OR w.created_at >= $7::timestamptz)
+           AND ($8::timestamptz IS NULL OR w.created_at < $8::timestamptz)
+         ORDER BY w.id DESC
+         LIMIT $9::integer) AS p
+  JOIN outbox AS o ON o.id = p.id
+ ORDER BY o.id DESC
 `
 
 type OutboxConsoleDeadParams struct {
@@ -198,8 +207,11 @@ type OutboxConsoleDeadRow struct {
 // OutboxConsoleDead: one page of dead messages, newest first, keyset-paged
 // by id (@min_id <= id < @before_id), filtered within a window of the
 // @scan_rows highest dead ids of that range, as OutboxConsoleMessages does
-// (OutboxConsoleDeadWindow says where the window ended).
-// Index: outbox_dead (backward range scan, bounded by @scan_rows).
+// (OutboxConsoleDeadWindow says where the window ended). The window and the
+// filters read outbox_dead alone (the filter columns are INCLUDE columns,
+// migration 00006); only the @page_rows rows shown are read from the table.
+// Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
+// primary key for at most @page_rows rows.
 func (q *Queries) OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]OutboxConsoleDeadRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDead,
 		arg.BeforeID,
@@ -269,7 +281,7 @@ type OutboxConsoleDeadIDsParams struct {
 // the filter with @after_id < id <= @max_id, ascending: one batch of a bulk
 // action over a filter (the caller passes the last id as @after_id and
 // repeats until it gets no ids).
-// Index: outbox_dead (forward range scan).
+// Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
 func (q *Queries) OutboxConsoleDeadIDs(ctx context.Context, arg OutboxConsoleDeadIDsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDeadIDs,
 		arg.AfterID,
@@ -336,8 +348,9 @@ type OutboxConsoleDeadMatchingRow struct {
 // @cap), and the highest such id. The confirmation page shows the count and
 // pins @max_id, so the action never touches a message that died after the
 // operator saw the count.
-// Index: outbox_dead (every dead row of the id range is read, at most @cap
-// of them matching; the dead list is the working set, not the done rows).
+// Index: outbox_dead alone (the filter columns are INCLUDE columns,
+// migration 00006): every dead entry of the id range is read, at most @cap
+// of them matching; the dead list is the working set, not the done rows.
 func (q *Queries) OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (OutboxConsoleDeadMatchingRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleDeadMatching,
 		arg.MinID,

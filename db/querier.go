@@ -131,15 +131,16 @@ type Querier interface {
 	// the definition of OutboxBlockedAggregates, oldest first, at most
 	// @max_rows. The grouping reads outbox_ordered_head alone (id, status and
 	// created_at are INCLUDE columns, migration 00006); the head (lowest seq) is
-	// one probe of the same index per aggregate; only the heads shown are read
-	// from the table (event type, attempts, error).
+	// one LIMIT 1 probe of the same index per aggregate (a LATERAL, so that a
+	// low row estimate can never turn it into a scan per aggregate); only the
+	// heads shown are read from the table (event type, attempts, error).
 	// Index: outbox_ordered_head (undelivered ordered rows only), then the
 	// primary key for at most @max_rows heads.
 	OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]OutboxConsoleBlockedRow, error)
 	// OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
 	// OutboxConsoleBlocked), stopping at @cap.
 	// Index: outbox_ordered_head alone (INCLUDE columns, migration 00006): one
-	// pass to group, one probe per aggregate for its head.
+	// pass to group, one LIMIT 1 probe per aggregate for its head.
 	OutboxConsoleBlockedCount(ctx context.Context, arg OutboxConsoleBlockedCountParams) (int64, error)
 	// OutboxConsoleCreatedAtFrom: the first row at or after @id and its
 	// created_at: one probe of the binary search that turns a time range into an
@@ -150,22 +151,26 @@ type Querier interface {
 	// OutboxConsoleDead: one page of dead messages, newest first, keyset-paged
 	// by id (@min_id <= id < @before_id), filtered within a window of the
 	// @scan_rows highest dead ids of that range, as OutboxConsoleMessages does
-	// (OutboxConsoleDeadWindow says where the window ended).
-	// Index: outbox_dead (backward range scan, bounded by @scan_rows).
+	// (OutboxConsoleDeadWindow says where the window ended). The window and the
+	// filters read outbox_dead alone (the filter columns are INCLUDE columns,
+	// migration 00006); only the @page_rows rows shown are read from the table.
+	// Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
+	// primary key for at most @page_rows rows.
 	OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]OutboxConsoleDeadRow, error)
 	// OutboxConsoleDeadIDs: the next @max_rows ids of dead messages matching
 	// the filter with @after_id < id <= @max_id, ascending: one batch of a bulk
 	// action over a filter (the caller passes the last id as @after_id and
 	// repeats until it gets no ids).
-	// Index: outbox_dead (forward range scan).
+	// Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
 	OutboxConsoleDeadIDs(ctx context.Context, arg OutboxConsoleDeadIDsParams) ([]int64, error)
 	// OutboxConsoleDeadMatching: for "all dead messages matching this filter":
 	// how many dead messages with @min_id <= id <= @max_id match (stopping at
 	// @cap), and the highest such id. The confirmation page shows the count and
 	// pins @max_id, so the action never touches a message that died after the
 	// operator saw the count.
-	// Index: outbox_dead (every dead row of the id range is read, at most @cap
-	// of them matching; the dead list is the working set, not the done rows).
+	// Index: outbox_dead alone (the filter columns are INCLUDE columns,
+	// migration 00006): every dead entry of the id range is read, at most @cap
+	// of them matching; the dead list is the working set, not the done rows.
 	OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (OutboxConsoleDeadMatchingRow, error)
 	// OutboxConsoleDeadWindow: where OutboxConsoleDead's window ended (lowest
 	// id, and how many dead ids it held). 0, 0: no dead row in the range.
