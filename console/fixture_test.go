@@ -79,7 +79,7 @@ func newFixture(t *testing.T) *fixture {
 	      SELECT 'order', 'o-p' || g, 'OrderPaid', '{}' FROM generate_series(1, 20) AS g`)
 	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, lease_owner, lease_until, lease_version, attempts)
 	      SELECT 'order', 'o-l' || g, 'OrderPaid', '{}', 'processing', CASE WHEN g < 3 THEN 'relay-a' ELSE 'relay-b' END,
-	             now() + CASE WHEN g = 4 THEN interval '-3 s' ELSE interval '30 s' END, 1, 1
+	             now() + CASE WHEN g = 4 THEN interval '-3 s' ELSE interval '1 hour' END, 1, 1
 	        FROM generate_series(1, 4) AS g`)
 	f.shipped = ids(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, attempts, last_error)
 	      SELECT 'order', 'o-s' || g, 'OrderShipped', jsonb_build_object('order_id', g), 'dead', 8, 'webhook: HTTP 422 Unprocessable Entity'
