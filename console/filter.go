@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,15 +139,22 @@ func (c *Console) idRange(ctx context.Context, f filter) (minID, beforeID int64,
 	if err != nil {
 		return 0, 0, err
 	}
+	// The two searches are independent: run them side by side.
+	var errFrom, errTo error
+	var wg sync.WaitGroup
 	if f.from != nil {
-		if minID, err = c.firstIDAt(ctx, b, f.from.Add(-timeRangeSlack)); err != nil {
-			return 0, 0, err
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			minID, errFrom = c.firstIDAt(ctx, b, f.from.Add(-timeRangeSlack))
+		}()
 	}
 	if f.to != nil {
-		if beforeID, err = c.firstIDAt(ctx, b, f.to.Add(timeRangeSlack)); err != nil {
-			return 0, 0, err
-		}
+		beforeID, errTo = c.firstIDAt(ctx, b, f.to.Add(timeRangeSlack))
+	}
+	wg.Wait()
+	if err := cmp.Or(errFrom, errTo); err != nil {
+		return 0, 0, err
 	}
 	return minID, beforeID, nil
 }
