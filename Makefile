@@ -31,9 +31,12 @@ test:
 build:
 	$(GO) build -o bin/pgoutbox ./cmd/pgoutbox
 
-## demo: the README's first command — a throwaway PostgreSQL, 4 relays, faults, a report
+## demo: the README's first command — a throwaway PostgreSQL, 4 relays, faults, a report.
+## `make demo DEMO_UI=127.0.0.1:8080` also serves the web console there while it runs
+## (and after the report, until Ctrl-C).
+DEMO_UI ?=
 demo:
-	$(GO) run ./examples/demo
+	$(GO) run ./examples/demo $(if $(DEMO_UI),-ui $(DEMO_UI))
 
 ## chaos: the fault-injection suite, short configuration (CI; under 5 minutes):
 ## a throwaway PostgreSQL, 4 relay processes, 50,000 events, 2 minutes of

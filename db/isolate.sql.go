@@ -172,6 +172,7 @@ WITH ready AS (
       FROM outbox AS o
      WHERE o.ordered
        AND o.seq IS NOT NULL
+       AND o.head
        AND o.status = 'pending'
        AND o.available_at <= now()
        AND NOT EXISTS (
@@ -214,7 +215,8 @@ type OutboxIsolateClaimOrderedRow struct {
 // order of the producing transactions) pending, processing or dead row of
 // the same aggregate — the head rule of OutboxClaimOrdered, written as a
 // plain NOT EXISTS: this is the fallback path, taken only after a claim
-// failed, so simplicity beats the loose index scan. As there, no horizon: a
+// failed, so simplicity beats the loose index scan. The row must also be
+// flagged head (migration 00005), so that its done hands off to the next. As there, no horizon: a
 // row is sequenced only at its transaction's COMMIT, and a lower seq is
 // visible whenever a higher one is. The head is re-checked on the locked row
 // version.

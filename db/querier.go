@@ -6,6 +6,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 type Querier interface {
@@ -237,6 +238,150 @@ type Querier interface {
 	// 0 rows: nothing new is claimable since the cursor; with fewer rows than
 	// @batch the window is exhausted and the caller advances the cursor.
 	OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]OutboxClaimWindowRow, error)
+	// OutboxConsoleBlocked: ordered aggregates whose head is dead, or whose
+	// oldest undelivered message is older than @stalled_after (database clock):
+	// the definition of OutboxBlockedAggregates, oldest first, at most
+	// @max_rows. The grouping reads outbox_ordered_head alone (id, status and
+	// created_at are INCLUDE columns, migration 00006); the head (lowest seq) is
+	// one LIMIT 1 probe of the same index per aggregate (a LATERAL, so that a
+	// low row estimate can never turn it into a scan per aggregate); only the
+	// heads shown are read from the table (event type, attempts, error).
+	// Index: outbox_ordered_head (undelivered ordered rows only), then the
+	// primary key for at most @max_rows heads.
+	OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]OutboxConsoleBlockedRow, error)
+	// OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
+	// OutboxConsoleBlocked), stopping at @cap.
+	// Index: outbox_ordered_head alone (INCLUDE columns, migration 00006): one
+	// pass to group, one LIMIT 1 probe per aggregate for its head.
+	OutboxConsoleBlockedCount(ctx context.Context, arg OutboxConsoleBlockedCountParams) (int64, error)
+	// OutboxConsoleCreatedAtFrom: the first row at or after @id and its
+	// created_at: one probe of the binary search that turns a time range into an
+	// id range (ids follow insertion order, so created_at grows with id up to
+	// the length of the producers' transactions). No row: @id is past the end.
+	// Index: the primary key.
+	OutboxConsoleCreatedAtFrom(ctx context.Context, id int64) (OutboxConsoleCreatedAtFromRow, error)
+	// OutboxConsoleDead: one page of dead messages, newest first, keyset-paged
+	// by id (@min_id <= id < @before_id), filtered within a window of the
+	// @scan_rows highest dead ids of that range, as OutboxConsoleMessages does
+	// (OutboxConsoleDeadWindow says where the window ended). The window and the
+	// filters read outbox_dead alone (the filter columns are INCLUDE columns,
+	// migration 00006); only the @page_rows rows shown are read from the table.
+	// Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
+	// primary key for at most @page_rows rows.
+	OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]OutboxConsoleDeadRow, error)
+	// OutboxConsoleDeadIDs: the next @max_rows ids of dead messages matching
+	// the filter with @after_id < id <= @max_id, ascending: one batch of a bulk
+	// action over a filter (the caller passes the last id as @after_id and
+	// repeats until it gets no ids).
+	// Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
+	OutboxConsoleDeadIDs(ctx context.Context, arg OutboxConsoleDeadIDsParams) ([]int64, error)
+	// OutboxConsoleDeadMatching: for "all dead messages matching this filter":
+	// how many dead messages with @min_id <= id <= @max_id match (stopping at
+	// @cap), and the highest such id. The confirmation page shows the count and
+	// pins @max_id, so the action never touches a message that died after the
+	// operator saw the count.
+	// Index: outbox_dead alone (the filter columns are INCLUDE columns,
+	// migration 00006): every dead entry of the id range is read, at most @cap
+	// of them matching; the dead list is the working set, not the done rows.
+	OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (OutboxConsoleDeadMatchingRow, error)
+	// OutboxConsoleDeadWindow: where OutboxConsoleDead's window ended (lowest
+	// id, and how many dead ids it held). 0, 0: no dead row in the range.
+	// Index: outbox_dead (index-only backward range scan).
+	OutboxConsoleDeadWindow(ctx context.Context, arg OutboxConsoleDeadWindowParams) (OutboxConsoleDeadWindowRow, error)
+	// OutboxConsoleDeliveredPerMinute: the last hour of deliveries, one row per
+	// minute (oldest first; the current minute is partial), for the throughput
+	// and end-to-end latency charts. Each minute reads at most @per_minute_cap
+	// index entries in done_at order: below the cap, delivered is exact; at the
+	// cap, last_done_at says how long the minute took to deliver that many
+	// (the page then estimates the rate as cap / (last_done_at - minute)), and
+	// the latency figures (done_at - created_at, milliseconds) describe those
+	// rows. All times on the database clock.
+	// Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
+	// migration 00006), one range scan per minute.
+	OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]OutboxConsoleDeliveredPerMinuteRow, error)
+	// OutboxConsoleIDBounds: the lowest and highest id (0, 0 when empty).
+	// Index: the primary key (one entry from each end).
+	OutboxConsoleIDBounds(ctx context.Context) (OutboxConsoleIDBoundsRow, error)
+	// OutboxConsoleLeaseOwners: relays currently holding leases: per
+	// lease_owner, how many leases, how many of them expired, and the earliest
+	// lease_until (the oldest lease), database clock. Busiest first.
+	// Index: outbox_leased (processing rows only; bounded by what relays hold).
+	OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) ([]OutboxConsoleLeaseOwnersRow, error)
+	// OutboxConsoleMessage: one message with everything the detail page shows.
+	// No row: no such id (purged, or never existed).
+	// Index: the primary key.
+	OutboxConsoleMessage(ctx context.Context, id int64) (OutboxConsoleMessageRow, error)
+	// OutboxConsoleMessages: one page of messages, newest first, keyset-paged
+	// by id: rows with @min_id <= id < @before_id, filtered, at most @page_rows.
+	// The filters apply within a window of the @scan_rows highest ids of that
+	// range; when the page is not full, OutboxConsoleScanWindow says where the
+	// window ended and the next page continues from there. So a page reads at
+	// most @scan_rows rows whatever the filters.
+	// Index: the primary key (backward range scan, bounded by @scan_rows).
+	OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]OutboxConsoleMessagesRow, error)
+	// OutboxConsoleNow: the database clock, which every age on the pages uses.
+	// No table read.
+	OutboxConsoleNow(ctx context.Context) (time.Time, error)
+	// OutboxConsoleOldestUndelivered: age in seconds of the oldest undelivered
+	// message (pending or processing), database clock; 0 when there is none.
+	// The figure of OutboxOldestPendingAge, read with bounded work: unordered
+	// pending rows are taken as the @lowest_ids lowest ids of outbox_pending
+	// (ids follow insertion order, so the oldest is among them unless a
+	// producer's transaction stayed open while @lowest_ids newer rows were
+	// inserted), ordered ones from outbox_ordered_head alone (created_at is an
+	// INCLUDE column, migration 00006), processing ones through outbox_leased
+	// (bounded by what relays hold).
+	OutboxConsoleOldestUndelivered(ctx context.Context, lowestIds int32) (float64, error)
+	// OutboxConsoleRedriveDeadMany redrives dead messages, as OutboxRedriveDead
+	// does one: pending, attempts 0, available now; last_error keeps the
+	// history. Callers NOTIFY (OutboxNotify) afterwards to wake dispatchers.
+	// Lock strategy: one UPDATE by primary key over the id array, guarded by
+	// status = 'dead'. Returns the ids it changed; a missing id is not dead
+	// (any more) or does not exist, and was left alone.
+	OutboxConsoleRedriveDeadMany(ctx context.Context, ids []int64) ([]int64, error)
+	// OutboxConsoleRetryPendingNow makes a pending message in backoff available
+	// now (the "retry" of a stalled head that is not dead).
+	// Lock strategy: one UPDATE by primary key, guarded by status = 'pending'
+	// and available_at in the future. Returns the id it changed; no row: the
+	// message is not pending in backoff (claimed, delivered, or already
+	// available), and nothing changed.
+	OutboxConsoleRetryPendingNow(ctx context.Context, id int64) ([]int64, error)
+	// OutboxConsoleScanWindow: where OutboxConsoleMessages' window ended: the
+	// lowest id among the @scan_rows highest ids in @min_id <= id < @before_id,
+	// and how many ids the window held (fewer than @scan_rows: the range is
+	// exhausted). 0, 0: nothing in the range.
+	// Index: the primary key (index-only backward range scan).
+	OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsoleScanWindowParams) (OutboxConsoleScanWindowRow, error)
+	// OutboxConsoleSkipDeadMany resolves dead messages without delivering them,
+	// as OutboxSkipDead does one: done now, last_error prefixed with the
+	// operator's reason. Unblocks ordered aggregates whose head it was.
+	// Lock strategy: one UPDATE by primary key over the id array, guarded by
+	// status = 'dead'. Returns the ids it changed; a missing id is not dead
+	// (any more) or does not exist, and was left alone.
+	OutboxConsoleSkipDeadMany(ctx context.Context, arg OutboxConsoleSkipDeadManyParams) ([]int64, error)
+	// Web console (package console, `pgoutbox ui`). Pages must stay fast with
+	// millions of retained done rows: nothing here counts or scans done rows
+	// without a bound. Undelivered rows (pending, processing, dead) are counted
+	// through their partial indexes with a cap; done rows are estimated from
+	// pg_class.reltuples; every list is a keyset page over an index, read from a
+	// window of at most @scan_rows index entries so a selective filter can never
+	// turn a page into a scan of the table.
+	// Reads take no locks. Writes are single UPDATEs by primary key (ANY of an
+	// id array), guarded by the status they expect, and return the ids they
+	// changed: an id missing from the result was not in that status any more
+	// (someone else acted first), and nothing happened to it.
+	// Callers run these with a custom plan per execution (pgx
+	// QueryExecModeExec): the optional filters (sqlc.narg ... IS NULL OR ...)
+	// would otherwise get a generic plan that ignores which filters are set.
+	// OutboxConsoleStatusCounts: undelivered messages by status, each count
+	// stopping at @cap rows (the page shows "cap+" when a count reached it), and
+	// the planner's estimate of all rows (pg_class.reltuples, -1 when the table
+	// has never been analyzed), from which the page estimates the done rows.
+	// Indexes: outbox_pending (pending, unordered), outbox_ordered_head (pending,
+	// ordered, from the index alone: status is an INCLUDE column since 00006;
+	// an unsequenced ordered row is uncommitted and invisible anyway),
+	// outbox_leased (processing), outbox_dead (dead). Never reads a done row.
+	OutboxConsoleStatusCounts(ctx context.Context, cap int32) (OutboxConsoleStatusCountsRow, error)
 	// Monitoring: the seed's section 6, read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.
@@ -294,7 +439,8 @@ type Querier interface {
 	// order of the producing transactions) pending, processing or dead row of
 	// the same aggregate — the head rule of OutboxClaimOrdered, written as a
 	// plain NOT EXISTS: this is the fallback path, taken only after a claim
-	// failed, so simplicity beats the loose index scan. As there, no horizon: a
+	// failed, so simplicity beats the loose index scan. The row must also be
+	// flagged head (migration 00005), so that its done hands off to the next. As there, no horizon: a
 	// row is sequenced only at its transaction's COMMIT, and a lower seq is
 	// visible whenever a higher one is. The head is re-checked on the locked row
 	// version.

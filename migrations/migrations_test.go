@@ -153,7 +153,7 @@ func TestMigrations_CommitOrderBackfillKeepsRelativeOrder(t *testing.T) {
 		t.Fatalf("xid column still there after 00004 (%v)", err)
 	}
 
-	// Down restores 00003's schema; new rows get xids again; Up again.
+	// Down to 3 restores 00003's schema; new rows get xids again; Up again.
 	if _, err := m.DownTo(ctx, 3); err != nil {
 		t.Fatal(err)
 	}

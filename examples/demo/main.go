@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/console"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/pgcluster"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -50,6 +51,7 @@ func main() {
 		events    = flag.Int("events", 10000, "events to enqueue")
 		relays    = flag.Int("relays", 4, "relay processes")
 		lease     = flag.Duration("lease", 2*time.Second, "lease of each relay")
+		uiAddr    = flag.String("ui", "", "serve the web console on this loopback address while the demo runs and after its report, until Ctrl-C (such as 127.0.0.1:8080)")
 	)
 	flag.Parse()
 	if *relayMode {
@@ -57,7 +59,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *events, *relays, *lease); err != nil {
+	if err := run(ctx, *events, *relays, *lease, *uiAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -175,7 +177,7 @@ type relay struct {
 	fate  string
 }
 
-func run(ctx context.Context, events, relays int, lease time.Duration) error {
+func run(ctx context.Context, events, relays int, lease time.Duration, uiAddr string) error {
 	dbURL, cleanup, err := database(ctx)
 	if err != nil {
 		return err
@@ -209,6 +211,13 @@ func run(ctx context.Context, events, relays int, lease time.Duration) error {
 	target := "http://" + ln.Addr().String() + "/events"
 
 	fmt.Printf("pgoutbox demo: %d events, %d relay processes, lease %s\n", events, relays, lease)
+	if uiAddr != "" {
+		stopUI, err := serveConsole(pool, uiAddr)
+		if err != nil {
+			return err
+		}
+		defer stopUI(ctx)
+	}
 	var rs []*relay
 	for i := 1; i <= relays; i++ {
 		r := &relay{owner: fmt.Sprintf("relay-%d", i), out: &strings.Builder{}}
@@ -505,4 +514,38 @@ func randHex() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// ---- web console (-ui) ------------------------------------------------------
+
+// serveConsole serves the web console (package console, as `pgoutbox ui`
+// does) on addr, a loopback address: the demo's database has no
+// authentication in front of it. The returned func waits for Ctrl-C after
+// the report, then stops the server.
+func serveConsole(pool *pgxpool.Pool, addr string) (func(context.Context), error) {
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+		return nil, fmt.Errorf("-ui %q: want a loopback host:port such as 127.0.0.1:8080", addr)
+	}
+	h, err := console.New(pool, console.Config{Refresh: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck
+	fmt.Printf("web console: http://%s/ (watch the relays work; it reloads every 2s)\n", ln.Addr())
+	return func(ctx context.Context) {
+		if ctx.Err() == nil {
+			fmt.Printf("web console still on http://%s/ : Ctrl-C stops it\n", ln.Addr())
+			<-ctx.Done()
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
 }

@@ -96,6 +96,7 @@ func commands() []command {
 		{"purge", "delete done messages older than a retention period", (*app).purge},
 		{"init", "write the migrations and queries for your own table name into your sqlc project", (*app).initCmd},
 		{"enqueue", "insert one event (for tests and manual replays)", (*app).enqueue},
+		{"ui", "serve the web console (overview, messages, dead letters, blocked aggregates)", (*app).ui},
 	}
 }
 

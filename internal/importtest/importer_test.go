@@ -163,3 +163,21 @@ func writeFile(t *testing.T, path, body string) {
 		t.Fatal(err)
 	}
 }
+
+// An application that mounts the web console (package console) keeps its go
+// line and pgx, and inherits none of the browser tests' requirements
+// (chromedp and its DevTools protocol bindings are test-only requirements
+// of pgoutbox).
+func TestImporterOfConsoleInheritsNoBrowserTestRequirements(t *testing.T) {
+	t.Parallel()
+	m := tidyImporter(t, "github.com/pgoutbox/pgoutbox/console")
+	checkGoAndPgx(t, m)
+	for _, r := range m.Require {
+		for _, banned := range []string{"chromedp", "go-json-experiment", "sqlc", "kfake"} {
+			if strings.Contains(r.Path, banned) {
+				t.Errorf("importer of console inherits %s %s (a test-only or tool requirement)", r.Path, r.Version)
+			}
+		}
+	}
+	t.Logf("importer of console: go %s, %d requirements", m.Go, len(m.Require))
+}

@@ -1,0 +1,305 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// Actions go through two POSTs: /confirm shows what is about to change (the
+// selected ids, or the count of dead messages matching a filter, with the
+// highest id pinned), /apply changes it and reports what changed. Both
+// require the CSRF token and are refused in read-only mode.
+
+const (
+	maxSelected  = 10000 // ids one form may select
+	maxReasonLen = 200
+	shownIDs     = 200 // ids listed on confirmation and result pages
+)
+
+// action is a parsed action form.
+type action struct {
+	Verb    string // retry, skip
+	Scope   string // selected, filter
+	IDs     []int64
+	Filter  filter
+	MaxID   int64 // filter scope: act on ids <= MaxID (pinned by /confirm)
+	Reason  string
+	Back    string // page to return to
+	Hidden  map[string]string
+	IDsText string // the ids, space-separated (hidden field)
+}
+
+func (c *Console) parseAction(r *http.Request) (action, error) {
+	a := action{Verb: r.PostFormValue("action"), Scope: r.PostFormValue("scope"), Reason: strings.TrimSpace(r.PostFormValue("reason"))}
+	if do := r.PostFormValue("do"); do != "" { // the dead page's buttons: retry-selected, skip-filter, ...
+		a.Verb, a.Scope, _ = strings.Cut(do, "-")
+	}
+	if a.Verb != "retry" && a.Verb != "skip" {
+		return a, badRequest("action must be retry or skip, got %q", a.Verb)
+	}
+	a.Back = c.cfg.Prefix + "/dead"
+	if b := r.PostFormValue("back"); strings.HasPrefix(b, c.cfg.Prefix+"/") && !strings.HasPrefix(b, "//") && !strings.Contains(b, "\\") {
+		a.Back = b
+	}
+	if utf8.RuneCountInString(a.Reason) > maxReasonLen {
+		return a, badRequest("the reason is longer than %d characters", maxReasonLen)
+	}
+	switch a.Scope {
+	case "selected":
+		var fields []string
+		for _, v := range r.PostForm["id"] {
+			fields = append(fields, strings.Fields(v)...)
+		}
+		for _, s := range fields {
+			id, err := parseID(s)
+			if err != nil {
+				return a, err
+			}
+			a.IDs = append(a.IDs, id)
+		}
+		slices.Sort(a.IDs)
+		a.IDs = slices.Compact(a.IDs)
+		if len(a.IDs) == 0 {
+			return a, badRequest("no message selected: tick the rows to act on, or use the buttons for all messages matching the filter")
+		}
+		if len(a.IDs) > maxSelected {
+			return a, badRequest("%d messages selected; at most %d at once (use \"all matching this filter\")", len(a.IDs), maxSelected)
+		}
+		strs := make([]string, len(a.IDs))
+		for i, id := range a.IDs {
+			strs[i] = strconv.FormatInt(id, 10)
+		}
+		a.IDsText = strings.Join(strs, " ")
+	case "filter":
+		f, err := parseFilter(r, false)
+		if err != nil {
+			return a, err
+		}
+		a.Filter = f
+		if s := r.PostFormValue("max_id"); s != "" {
+			if a.MaxID, err = parseID(s); err != nil {
+				return a, err
+			}
+		}
+	default:
+		return a, badRequest("scope must be selected or filter, got %q", a.Scope)
+	}
+	a.Hidden = map[string]string{}
+	for k, v := range a.Filter.values() {
+		a.Hidden[k] = v[0]
+	}
+	return a, nil
+}
+
+// guard rejects state-changing requests in read-only mode and without a
+// valid CSRF token. It reports whether the request may go on.
+func (c *Console) guard(w http.ResponseWriter, r *http.Request, start time.Time) bool {
+	if c.cfg.ReadOnly {
+		c.log.Warn("console: action refused: read-only", slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr))
+		c.fail(w, r, start, &httpError{status: http.StatusForbidden, msg: "this console is read-only (--read-only): nothing changed"})
+		return false
+	}
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, start, badRequest("bad form: %v", err))
+		return false
+	}
+	if !c.checkCSRF(r) {
+		c.log.Warn("console: action refused: missing or invalid CSRF token", slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr))
+		c.fail(w, r, start, &httpError{status: http.StatusForbidden,
+			msg: "missing or invalid CSRF token (reload the page and try again): nothing changed"})
+		return false
+	}
+	return true
+}
+
+type confirmPage struct {
+	action
+	Count    int64
+	Capped   bool
+	ShownIDs []int64
+}
+
+func (c *Console) confirm(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if !c.guard(w, r, start) {
+		return
+	}
+	a, err := c.parseAction(r)
+	if err != nil {
+		c.fail(w, r, start, err)
+		return
+	}
+	p := confirmPage{action: a}
+	if a.Scope == "selected" {
+		p.Count = int64(len(a.IDs))
+		p.ShownIDs = a.IDs[:min(len(a.IDs), shownIDs)]
+	} else {
+		minID, beforeID, err := c.idRange(r.Context(), a.Filter)
+		if err != nil {
+			c.fail(w, r, start, err)
+			return
+		}
+		m, err := c.q.OutboxConsoleDeadMatching(r.Context(), db.OutboxConsoleDeadMatchingParams{
+			MinID: minID, MaxID: min(beforeID-1, math.MaxInt64-1), Cap: int32(c.cfg.CountCap),
+			EventType: opt(a.Filter.EventType), AggregateType: opt(a.Filter.AggregateType), AggregateID: opt(a.Filter.AggregateID),
+			CreatedFrom: a.Filter.from, CreatedTo: a.Filter.to})
+		if err != nil {
+			c.fail(w, r, start, err)
+			return
+		}
+		p.Count, p.MaxID = m.Matching, m.HighestID
+		p.Capped = m.Matching >= int64(c.cfg.CountCap)
+	}
+	c.render(w, r, start, http.StatusOK, "confirm", "Confirm", "dead", 0, p)
+}
+
+type resultPage struct {
+	action
+	Requested int64 // selected ids, or the confirmed count
+	Changed   []int64
+	NotDead   []int64 // selected ids that were not dead (left alone)
+	Shown     []int64
+	RetryNow  bool // a pending message in backoff was made available now
+}
+
+func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if !c.guard(w, r, start) {
+		return
+	}
+	a, err := c.parseAction(r)
+	if err != nil {
+		c.fail(w, r, start, err)
+		return
+	}
+	if a.Verb == "skip" && a.Reason == "" {
+		c.fail(w, r, start, badRequest("skipping needs a reason (it is kept in last_error): nothing changed"))
+		return
+	}
+	if a.Scope == "filter" && a.MaxID == 0 {
+		c.fail(w, r, start, badRequest("no confirmed range (max_id): confirm the action first; nothing changed"))
+		return
+	}
+	ctx := r.Context()
+	p := resultPage{action: a}
+	// A started action finishes even if the browser goes away.
+	ctx = context.WithoutCancel(ctx)
+	if a.Scope == "selected" {
+		p.Requested = int64(len(a.IDs))
+		for chunk := range slices.Chunk(a.IDs, c.cfg.BulkBatch) {
+			changed, err := c.change(ctx, a, chunk)
+			p.Changed = append(p.Changed, changed...)
+			if err != nil {
+				c.logAction(r, a, p, err)
+				c.fail(w, r, start, err)
+				return
+			}
+		}
+		for _, id := range a.IDs {
+			if _, ok := slices.BinarySearch(p.Changed, id); !ok {
+				p.NotDead = append(p.NotDead, id)
+			}
+		}
+		if a.Verb == "retry" && len(a.IDs) == 1 && len(p.Changed) == 0 {
+			// The head of a blocked aggregate, or a message detail: pending in
+			// backoff is retried by making it available now.
+			ids, err := c.q.OutboxConsoleRetryPendingNow(ctx, a.IDs[0])
+			if err != nil {
+				c.fail(w, r, start, err)
+				return
+			}
+			if len(ids) > 0 {
+				p.Changed, p.NotDead, p.RetryNow = ids, nil, true
+			}
+		}
+	} else {
+		minID, _, err := c.idRange(ctx, a.Filter)
+		if err != nil {
+			c.fail(w, r, start, err)
+			return
+		}
+		p.Requested, _ = strconv.ParseInt(r.PostFormValue("count"), 10, 64)
+		after := minID - 1
+		for {
+			ids, err := c.q.OutboxConsoleDeadIDs(ctx, db.OutboxConsoleDeadIDsParams{
+				AfterID: after, MaxID: a.MaxID, MaxRows: int32(c.cfg.BulkBatch),
+				EventType: opt(a.Filter.EventType), AggregateType: opt(a.Filter.AggregateType), AggregateID: opt(a.Filter.AggregateID),
+				CreatedFrom: a.Filter.from, CreatedTo: a.Filter.to})
+			if err == nil && len(ids) == 0 {
+				break
+			}
+			var changed []int64
+			if err == nil {
+				changed, err = c.change(ctx, a, ids)
+			}
+			p.Changed = append(p.Changed, changed...)
+			if err != nil {
+				c.logAction(r, a, p, err)
+				c.fail(w, r, start, err)
+				return
+			}
+			after = ids[len(ids)-1]
+		}
+	}
+	if a.Verb == "retry" && len(p.Changed) > 0 {
+		if err := c.q.OutboxNotify(ctx); err != nil {
+			c.log.Warn("console: notify after retry", slog.String("error", c.secrets.Scrub(err.Error())))
+		}
+	}
+	c.logAction(r, a, p, nil)
+	p.Shown = p.Changed[:min(len(p.Changed), shownIDs)]
+	c.render(w, r, start, http.StatusOK, "result", "Result", "dead", 0, p)
+}
+
+// change runs one batch of the action; it returns the ids it changed.
+func (c *Console) change(ctx context.Context, a action, ids []int64) ([]int64, error) {
+	var changed []int64
+	var err error
+	switch a.Verb {
+	case "retry":
+		changed, err = c.q.OutboxConsoleRedriveDeadMany(ctx, ids)
+	case "skip":
+		changed, err = c.q.OutboxConsoleSkipDeadMany(ctx, db.OutboxConsoleSkipDeadManyParams{Ids: ids, Reason: a.Reason})
+	default:
+		err = errors.New("unknown action " + a.Verb)
+	}
+	slices.Sort(changed)
+	return changed, err
+}
+
+// logAction records what an action changed.
+func (c *Console) logAction(r *http.Request, a action, p resultPage, err error) {
+	user, remote := actor(r)
+	attrs := []any{
+		slog.String("action", a.Verb), slog.String("scope", a.Scope),
+		slog.Int("changed", len(p.Changed)), slog.Any("changed_ids", p.Changed[:min(len(p.Changed), 100)]),
+		slog.String("user", user), slog.String("remote", remote),
+	}
+	if a.Verb == "skip" {
+		attrs = append(attrs, slog.String("reason", a.Reason))
+	}
+	if a.Scope == "selected" {
+		attrs = append(attrs, slog.Int("selected", len(a.IDs)), slog.Int("not_dead", len(p.NotDead)))
+	} else {
+		attrs = append(attrs, slog.String("filter", a.Filter.Describe()), slog.Int64("max_id", a.MaxID))
+	}
+	if p.RetryNow {
+		attrs = append(attrs, slog.Bool("pending_made_available_now", true))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", c.secrets.Scrub(err.Error())))
+		c.log.Error("console: action failed part way", attrs...)
+		return
+	}
+	c.log.Info("console: action", attrs...)
+}

@@ -1,0 +1,119 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// overview is the overview page.
+type overview struct {
+	Now              time.Time
+	Pending          count
+	Processing       count
+	Dead             count
+	DoneEstimate     int64 // -1: unknown (table never analyzed)
+	OldestAgeSeconds float64
+	ExpiredLeases    int64
+	LeaseOwners      []db.OutboxConsoleLeaseOwnersRow
+	Blocked          count
+	StalledAfter     time.Duration
+	Throughput       chart
+	Latency          chart
+	Delivered        int64 // last hour (exact below the per-minute cap)
+	Estimated        bool  // some minute reached the cap: rates are estimates
+}
+
+// count is a bounded count: N, and whether it reached the cap ("N+").
+type count struct {
+	N      int64
+	Capped bool
+}
+
+func capped(n int64, cap int) count { return count{N: n, Capped: n >= int64(cap)} }
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	ctx := r.Context()
+	var (
+		o                                          = overview{StalledAfter: c.cfg.StalledAfter}
+		counts                                     db.OutboxConsoleStatusCountsRow
+		minutes                                    []db.OutboxConsoleDeliveredPerMinuteRow
+		blocked                                    int64
+		errNow, errCounts, errAge, errExp, errLeas error
+		errMin, errBlk                             error
+		wg                                         sync.WaitGroup
+	)
+	// Independent reads, run side by side on the pool.
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	run(func(ctx context.Context) { o.Now, errNow = c.q.OutboxConsoleNow(ctx) })
+	run(func(ctx context.Context) {
+		counts, errCounts = c.q.OutboxConsoleStatusCounts(ctx, int32(c.cfg.CountCap))
+	})
+	run(func(ctx context.Context) { o.OldestAgeSeconds, errAge = c.q.OutboxConsoleOldestUndelivered(ctx, 1000) })
+	run(func(ctx context.Context) { o.ExpiredLeases, errExp = c.q.OutboxExpiredLeases(ctx) })
+	run(func(ctx context.Context) { o.LeaseOwners, errLeas = c.q.OutboxConsoleLeaseOwners(ctx, 20) })
+	run(func(ctx context.Context) {
+		minutes, errMin = c.q.OutboxConsoleDeliveredPerMinute(ctx, int32(c.cfg.PerMinuteCap))
+	})
+	run(func(ctx context.Context) {
+		blocked, errBlk = c.q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{
+			StalledAfter: c.cfg.StalledAfter, Cap: int32(c.cfg.CountCap)})
+	})
+	wg.Wait()
+	for _, err := range []error{errNow, errCounts, errAge, errExp, errLeas, errMin, errBlk} {
+		if err != nil {
+			c.fail(w, r, start, err)
+			return
+		}
+	}
+	cp := c.cfg.CountCap
+	o.Pending, o.Processing, o.Dead = capped(counts.Pending, cp), capped(counts.Processing, cp), capped(counts.Dead, cp)
+	o.Blocked = capped(blocked, cp)
+	o.DoneEstimate = -1
+	if counts.EstimatedRows >= 0 {
+		o.DoneEstimate = max(int64(counts.EstimatedRows)-counts.Pending-counts.Processing-counts.Dead, 0)
+	}
+	o.Throughput, o.Latency, o.Delivered, o.Estimated = c.charts(minutes, o.Now)
+	c.render(w, r, start, http.StatusOK, "overview", "Overview", "overview", c.cfg.Refresh, o)
+}
+
+// charts turns the per-minute rows into the throughput chart (messages per
+// second) and the latency chart (p50 and p99, milliseconds).
+func (c *Console) charts(minutes []db.OutboxConsoleDeliveredPerMinuteRow, now time.Time) (tp, lat chart, delivered int64, estimated bool) {
+	var rate, p50, p99 []point
+	for _, m := range minutes {
+		span := time.Minute
+		if end := m.Minute.Add(time.Minute); end.After(now) {
+			span = max(now.Sub(m.Minute), time.Second) // the current, partial minute
+		}
+		r := float64(m.Delivered) / span.Seconds()
+		if m.Delivered >= int64(c.cfg.PerMinuteCap) {
+			// The minute reached the cap: the rate is the cap over the time
+			// it took to deliver that many.
+			estimated = true
+			if d := m.LastDoneAt.Sub(m.Minute); d > 0 {
+				r = float64(m.Delivered) / d.Seconds()
+			}
+			delivered += int64(r * span.Seconds())
+		} else {
+			delivered += m.Delivered
+		}
+		rate = append(rate, point{m.Minute, r})
+		if m.Delivered > 0 {
+			p50 = append(p50, point{m.Minute, m.P50Ms})
+			p99 = append(p99, point{m.Minute, m.P99Ms})
+		}
+	}
+	from, to := now.Add(-time.Hour).Truncate(time.Minute).Add(time.Minute), now.Truncate(time.Minute).Add(time.Minute)
+	tp = newChart("Throughput (messages/s, per minute)", "msg/s", from, to, series{Name: "delivered", Class: "s1", Points: rate, Bars: true})
+	lat = newChart("End-to-end latency (created → done, ms)", "ms", from, to,
+		series{Name: "p50", Class: "s1", Points: p50}, series{Name: "p99", Class: "s2", Points: p99})
+	return tp, lat, delivered, estimated
+}

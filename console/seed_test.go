@@ -1,0 +1,82 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// seedLarge fills the outbox with rows in the shape of a busy production
+// table, with generate_series: 99% done (retained), the rest pending
+// (unordered, and ordered behind dead heads), processing under four relays
+// and dead scattered through the id range. Rows are created over the last
+// 24 hours in id order; done rows were delivered 20-320 ms after creation,
+// so the last hour holds about total/24 deliveries. Triggers are off while
+// seeding (session_replication_role = replica, which needs a superuser), so
+// ordered rows get their seq here. Ends with VACUUM ANALYZE, as
+// autovacuum would.
+//
+// With total = 10,000,000: 9,900,000 done, about 60,000 pending unordered,
+// 20,000 pending ordered over 2,000 aggregates (all blocked: each has dead
+// ordered messages with lower seq), 1,000 processing, 19,838 dead.
+func seedLarge(tb testing.TB, pool *pgxpool.Pool, total int) {
+	tb.Helper()
+	ctx := context.Background()
+	undelivered := total / 100 * 81 / 100 // the newest 0.81%
+	const chunk = 1_000_000
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+		tb.Fatal(err)
+	}
+	for from := 1; from <= total; from += chunk {
+		to := min(from+chunk-1, total)
+		_, err := conn.Exec(ctx, fmt.Sprintf(`
+INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers, created_at,
+                    status, available_at, attempts, lease_owner, lease_until, lease_version,
+                    last_error, done_at, ordered, seq)
+OVERRIDING SYSTEM VALUE
+SELECT g, 'order', a.agg, CASE WHEN g %% 97 = 0 THEN 'OrderRefunded' WHEN g %% 3 = 0 THEN 'OrderShipped' ELSE 'OrderPaid' END,
+       jsonb_build_object('order_id', g, 'amount_cents', g %% 10000),
+       '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}',
+       t.created_at, s.status,
+       t.created_at, CASE s.status WHEN 'dead' THEN 8 WHEN 'done' THEN 1 WHEN 'processing' THEN 1 ELSE 0 END,
+       CASE WHEN s.status = 'processing' THEN 'relay-' || (g %% 4) END,
+       CASE WHEN s.status = 'processing' THEN now() + CASE WHEN g %% 50 = 0 THEN interval '-5 s' ELSE interval '30 s' END END,
+       CASE WHEN s.status = 'pending' THEN 0 ELSE 1 END,
+       CASE WHEN s.status = 'dead' THEN 'webhook: HTTP 422 Unprocessable Entity: {"error":"unknown customer"}' END,
+       CASE WHEN s.status = 'done' THEN t.created_at + (20 + g %% 300) * interval '1 ms' END,
+       a.ordered, CASE WHEN a.ordered THEN g END
+  FROM generate_series(%[1]d, %[2]d) AS g
+ CROSS JOIN LATERAL (SELECT now() - (%[3]d - g) * (interval '24 hours' / %[3]d) - interval '1 s' AS created_at) AS t
+ CROSS JOIN LATERAL (SELECT CASE WHEN g > %[3]d - 1000 THEN 'processing'
+                                 WHEN g > %[3]d - %[4]d THEN 'pending'
+                                 WHEN g %% 500 = 0 THEN 'dead'
+                                 ELSE 'done' END AS status) AS s
+ CROSS JOIN LATERAL (SELECT (s.status = 'pending' AND g %% 4 = 0) OR (s.status = 'dead' AND g %% 1000 = 0) AS ordered) AS o
+ CROSS JOIN LATERAL (SELECT o.ordered,
+                            CASE WHEN o.ordered AND s.status = 'dead' THEN 'agg-' || ((g / 1000) %% 2000)
+                                 WHEN o.ordered THEN 'agg-' || ((g / 4) %% 2000)
+                                 ELSE 'o-' || g END AS agg) AS a`, from, to, total, undelivered))
+		if err != nil {
+			tb.Fatalf("seed rows %d-%d: %v", from, to, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `RESET session_replication_role`); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT setval(pg_get_serial_sequence('outbox', 'id'), $1)`, total); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT setval('outbox_seq', $1)`, total); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `VACUUM (ANALYZE) outbox`); err != nil {
+		tb.Fatal(err)
+	}
+}

@@ -1,0 +1,362 @@
+-- Web console (package console, `pgoutbox ui`). Pages must stay fast with
+-- millions of retained done rows: nothing here counts or scans done rows
+-- without a bound. Undelivered rows (pending, processing, dead) are counted
+-- through their partial indexes with a cap; done rows are estimated from
+-- pg_class.reltuples; every list is a keyset page over an index, read from a
+-- window of at most @scan_rows index entries so a selective filter can never
+-- turn a page into a scan of the table.
+-- Reads take no locks. Writes are single UPDATEs by primary key (ANY of an
+-- id array), guarded by the status they expect, and return the ids they
+-- changed: an id missing from the result was not in that status any more
+-- (someone else acted first), and nothing happened to it.
+-- Callers run these with a custom plan per execution (pgx
+-- QueryExecModeExec): the optional filters (sqlc.narg ... IS NULL OR ...)
+-- would otherwise get a generic plan that ignores which filters are set.
+
+-- OutboxConsoleStatusCounts: undelivered messages by status, each count
+-- stopping at @cap rows (the page shows "cap+" when a count reached it), and
+-- the planner's estimate of all rows (pg_class.reltuples, -1 when the table
+-- has never been analyzed), from which the page estimates the done rows.
+-- Indexes: outbox_pending (pending, unordered), outbox_ordered_head (pending,
+-- ordered, from the index alone: status is an INCLUDE column since 00006;
+-- an unsequenced ordered row is uncommitted and invisible anyway),
+-- outbox_leased (processing), outbox_dead (dead). Never reads a done row.
+-- name: OutboxConsoleStatusCounts :one
+SELECT ((SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND NOT ordered LIMIT @cap::integer) AS p)
+         + (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL LIMIT @cap::integer) AS po))::bigint
+         AS pending,
+       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'processing' LIMIT @cap::integer) AS l) AS processing,
+       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'dead' LIMIT @cap::integer) AS d) AS dead,
+       coalesce((SELECT c.reltuples FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass('outbox')), -1)::float8 AS estimated_rows;
+
+-- OutboxConsoleLeaseOwners: relays currently holding leases: per
+-- lease_owner, how many leases, how many of them expired, and the earliest
+-- lease_until (the oldest lease), database clock. Busiest first.
+-- Index: outbox_leased (processing rows only; bounded by what relays hold).
+-- name: OutboxConsoleLeaseOwners :many
+SELECT coalesce(lease_owner, '')::text AS lease_owner,
+       count(*) AS leases,
+       count(*) FILTER (WHERE lease_until < now()) AS expired,
+       min(lease_until)::timestamptz AS oldest_lease_until
+  FROM outbox
+ WHERE status = 'processing'
+ GROUP BY lease_owner
+ ORDER BY count(*) DESC, lease_owner
+ LIMIT @max_rows::integer;
+
+-- OutboxConsoleDeliveredPerMinute: the last hour of deliveries, one row per
+-- minute (oldest first; the current minute is partial), for the throughput
+-- and end-to-end latency charts. Each minute reads at most @per_minute_cap
+-- index entries in done_at order: below the cap, delivered is exact; at the
+-- cap, last_done_at says how long the minute took to deliver that many
+-- (the page then estimates the rate as cap / (last_done_at - minute)), and
+-- the latency figures (done_at - created_at, milliseconds) describe those
+-- rows. All times on the database clock.
+-- Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
+-- migration 00006), one range scan per minute.
+-- name: OutboxConsoleDeliveredPerMinute :many
+SELECT b.minute::timestamptz AS minute,
+       s.delivered,
+       s.last_done_at,
+       s.p50_ms,
+       s.p99_ms,
+       s.max_ms
+  FROM generate_series(date_trunc('minute', now()) - interval '59 minutes',
+                       date_trunc('minute', now()), interval '1 minute') AS b(minute)
+ CROSS JOIN LATERAL (
+        SELECT count(*) AS delivered,
+               coalesce(max(d.done_at), b.minute)::timestamptz AS last_done_at,
+               coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY d.latency_ms), 0)::float8 AS p50_ms,
+               coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY d.latency_ms), 0)::float8 AS p99_ms,
+               coalesce(max(d.latency_ms), 0)::float8 AS max_ms
+          FROM (SELECT o.done_at, extract(epoch FROM o.done_at - o.created_at) * 1000 AS latency_ms
+                  FROM outbox AS o
+                 WHERE o.status = 'done'
+                   AND o.done_at >= b.minute
+                   AND o.done_at < b.minute + interval '1 minute'
+                 ORDER BY o.done_at
+                 LIMIT @per_minute_cap::integer) AS d
+       ) AS s
+ ORDER BY b.minute;
+
+-- OutboxConsoleNow: the database clock, which every age on the pages uses.
+-- No table read.
+-- name: OutboxConsoleNow :one
+SELECT now()::timestamptz AS now;
+
+-- OutboxConsoleIDBounds: the lowest and highest id (0, 0 when empty).
+-- Index: the primary key (one entry from each end).
+-- name: OutboxConsoleIDBounds :one
+SELECT coalesce((SELECT id FROM outbox ORDER BY id LIMIT 1), 0)::bigint AS low,
+       coalesce((SELECT id FROM outbox ORDER BY id DESC LIMIT 1), 0)::bigint AS high;
+
+-- OutboxConsoleCreatedAtFrom: the first row at or after @id and its
+-- created_at: one probe of the binary search that turns a time range into an
+-- id range (ids follow insertion order, so created_at grows with id up to
+-- the length of the producers' transactions). No row: @id is past the end.
+-- Index: the primary key.
+-- name: OutboxConsoleCreatedAtFrom :one
+SELECT id, created_at
+  FROM outbox
+ WHERE id >= @id::bigint
+ ORDER BY id
+ LIMIT 1;
+
+-- OutboxConsoleMessages: one page of messages, newest first, keyset-paged
+-- by id: rows with @min_id <= id < @before_id, filtered, at most @page_rows.
+-- The filters apply within a window of the @scan_rows highest ids of that
+-- range; when the page is not full, OutboxConsoleScanWindow says where the
+-- window ended and the next page continues from there. So a page reads at
+-- most @scan_rows rows whatever the filters.
+-- Index: the primary key (backward range scan, bounded by @scan_rows).
+-- name: OutboxConsoleMessages :many
+SELECT w.id, w.aggregate_type, w.aggregate_id, w.event_type, w.status, w.attempts,
+       w.created_at, w.available_at, w.done_at, w.ordered, w.lease_owner, w.last_error
+  FROM (SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.attempts,
+               o.created_at, o.available_at, o.done_at, o.ordered, o.lease_owner, o.last_error
+          FROM outbox AS o
+         WHERE o.id < @before_id::bigint
+           AND o.id >= @min_id::bigint
+         ORDER BY o.id DESC
+         LIMIT @scan_rows::integer) AS w
+ WHERE (sqlc.narg('status')::text IS NULL OR w.status = sqlc.narg('status')::text)
+   AND (sqlc.narg('event_type')::text IS NULL OR w.event_type = sqlc.narg('event_type')::text)
+   AND (sqlc.narg('aggregate_type')::text IS NULL OR w.aggregate_type = sqlc.narg('aggregate_type')::text)
+   AND (sqlc.narg('aggregate_id')::text IS NULL OR w.aggregate_id = sqlc.narg('aggregate_id')::text)
+   AND (sqlc.narg('created_from')::timestamptz IS NULL OR w.created_at >= sqlc.narg('created_from')::timestamptz)
+   AND (sqlc.narg('created_to')::timestamptz IS NULL OR w.created_at < sqlc.narg('created_to')::timestamptz)
+ ORDER BY w.id DESC
+ LIMIT @page_rows::integer;
+
+-- OutboxConsoleScanWindow: where OutboxConsoleMessages' window ended: the
+-- lowest id among the @scan_rows highest ids in @min_id <= id < @before_id,
+-- and how many ids the window held (fewer than @scan_rows: the range is
+-- exhausted). 0, 0: nothing in the range.
+-- Index: the primary key (index-only backward range scan).
+-- name: OutboxConsoleScanWindow :one
+SELECT coalesce(min(w.id), 0)::bigint AS lowest_id, count(*) AS scanned
+  FROM (SELECT o.id
+          FROM outbox AS o
+         WHERE o.id < @before_id::bigint
+           AND o.id >= @min_id::bigint
+         ORDER BY o.id DESC
+         LIMIT @scan_rows::integer) AS w;
+
+-- OutboxConsoleMessage: one message with everything the detail page shows.
+-- No row: no such id (purged, or never existed).
+-- Index: the primary key.
+-- name: OutboxConsoleMessage :one
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, status, attempts,
+       last_error, lease_owner, lease_until, lease_version, created_at, available_at,
+       done_at, ordered, seq
+  FROM outbox
+ WHERE id = @id::bigint;
+
+-- OutboxConsoleDead: one page of dead messages, newest first, keyset-paged
+-- by id (@min_id <= id < @before_id), filtered within a window of the
+-- @scan_rows highest dead ids of that range, as OutboxConsoleMessages does
+-- (OutboxConsoleDeadWindow says where the window ended). The window and the
+-- filters read outbox_dead alone (the filter columns are INCLUDE columns,
+-- migration 00006); only the @page_rows rows shown are read from the table.
+-- Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
+-- primary key for at most @page_rows rows.
+-- name: OutboxConsoleDead :many
+SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.attempts, o.last_error,
+       o.created_at, o.ordered
+  FROM (SELECT w.id
+          FROM (SELECT d.id, d.event_type, d.aggregate_type, d.aggregate_id, d.created_at
+                  FROM outbox AS d
+                 WHERE d.status = 'dead'
+                   AND d.id < @before_id::bigint
+                   AND d.id >= @min_id::bigint
+                 ORDER BY d.id DESC
+                 LIMIT @scan_rows::integer) AS w
+         WHERE (sqlc.narg('event_type')::text IS NULL OR w.event_type = sqlc.narg('event_type')::text)
+           AND (sqlc.narg('aggregate_type')::text IS NULL OR w.aggregate_type = sqlc.narg('aggregate_type')::text)
+           AND (sqlc.narg('aggregate_id')::text IS NULL OR w.aggregate_id = sqlc.narg('aggregate_id')::text)
+           AND (sqlc.narg('created_from')::timestamptz IS NULL OR w.created_at >= sqlc.narg('created_from')::timestamptz)
+           AND (sqlc.narg('created_to')::timestamptz IS NULL OR w.created_at < sqlc.narg('created_to')::timestamptz)
+         ORDER BY w.id DESC
+         LIMIT @page_rows::integer) AS p
+  JOIN outbox AS o ON o.id = p.id
+ ORDER BY o.id DESC;
+
+-- OutboxConsoleDeadWindow: where OutboxConsoleDead's window ended (lowest
+-- id, and how many dead ids it held). 0, 0: no dead row in the range.
+-- Index: outbox_dead (index-only backward range scan).
+-- name: OutboxConsoleDeadWindow :one
+SELECT coalesce(min(w.id), 0)::bigint AS lowest_id, count(*) AS scanned
+  FROM (SELECT o.id
+          FROM outbox AS o
+         WHERE o.status = 'dead'
+           AND o.id < @before_id::bigint
+           AND o.id >= @min_id::bigint
+         ORDER BY o.id DESC
+         LIMIT @scan_rows::integer) AS w;
+
+-- OutboxConsoleDeadMatching: for "all dead messages matching this filter":
+-- how many dead messages with @min_id <= id <= @max_id match (stopping at
+-- @cap), and the highest such id. The confirmation page shows the count and
+-- pins @max_id, so the action never touches a message that died after the
+-- operator saw the count.
+-- Index: outbox_dead alone (the filter columns are INCLUDE columns,
+-- migration 00006): every dead entry of the id range is read, at most @cap
+-- of them matching; the dead list is the working set, not the done rows.
+-- name: OutboxConsoleDeadMatching :one
+SELECT count(*) AS matching, coalesce(max(m.id), 0)::bigint AS highest_id
+  FROM (SELECT o.id
+          FROM outbox AS o
+         WHERE o.status = 'dead'
+           AND o.id >= @min_id::bigint
+           AND o.id <= @max_id::bigint
+           AND (sqlc.narg('event_type')::text IS NULL OR o.event_type = sqlc.narg('event_type')::text)
+           AND (sqlc.narg('aggregate_type')::text IS NULL OR o.aggregate_type = sqlc.narg('aggregate_type')::text)
+           AND (sqlc.narg('aggregate_id')::text IS NULL OR o.aggregate_id = sqlc.narg('aggregate_id')::text)
+           AND (sqlc.narg('created_from')::timestamptz IS NULL OR o.created_at >= sqlc.narg('created_from')::timestamptz)
+           AND (sqlc.narg('created_to')::timestamptz IS NULL OR o.created_at < sqlc.narg('created_to')::timestamptz)
+         ORDER BY o.id
+         LIMIT @cap::integer) AS m;
+
+-- OutboxConsoleDeadIDs: the next @max_rows ids of dead messages matching
+-- the filter with @after_id < id <= @max_id, ascending: one batch of a bulk
+-- action over a filter (the caller passes the last id as @after_id and
+-- repeats until it gets no ids).
+-- Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
+-- name: OutboxConsoleDeadIDs :many
+SELECT o.id
+  FROM outbox AS o
+ WHERE o.status = 'dead'
+   AND o.id > @after_id::bigint
+   AND o.id <= @max_id::bigint
+   AND (sqlc.narg('event_type')::text IS NULL OR o.event_type = sqlc.narg('event_type')::text)
+   AND (sqlc.narg('aggregate_type')::text IS NULL OR o.aggregate_type = sqlc.narg('aggregate_type')::text)
+   AND (sqlc.narg('aggregate_id')::text IS NULL OR o.aggregate_id = sqlc.narg('aggregate_id')::text)
+   AND (sqlc.narg('created_from')::timestamptz IS NULL OR o.created_at >= sqlc.narg('created_from')::timestamptz)
+   AND (sqlc.narg('created_to')::timestamptz IS NULL OR o.created_at < sqlc.narg('created_to')::timestamptz)
+ ORDER BY o.id
+ LIMIT @max_rows::integer;
+
+-- OutboxConsoleRedriveDeadMany redrives dead messages, as OutboxRedriveDead
+-- does one: pending, attempts 0, available now; last_error keeps the
+-- history. Callers NOTIFY (OutboxNotify) afterwards to wake dispatchers.
+-- Lock strategy: one UPDATE by primary key over the id array, guarded by
+-- status = 'dead'. Returns the ids it changed; a missing id is not dead
+-- (any more) or does not exist, and was left alone.
+-- name: OutboxConsoleRedriveDeadMany :many
+UPDATE outbox
+   SET status       = 'pending',
+       attempts     = 0,
+       available_at = now(),
+       done_at      = NULL
+ WHERE id = ANY(@ids::bigint[])
+   AND status = 'dead'
+RETURNING id;
+
+-- OutboxConsoleSkipDeadMany resolves dead messages without delivering them,
+-- as OutboxSkipDead does one: done now, last_error prefixed with the
+-- operator's reason. Unblocks ordered aggregates whose head it was.
+-- Lock strategy: one UPDATE by primary key over the id array, guarded by
+-- status = 'dead'. Returns the ids it changed; a missing id is not dead
+-- (any more) or does not exist, and was left alone.
+-- name: OutboxConsoleSkipDeadMany :many
+UPDATE outbox
+   SET status     = 'done',
+       done_at    = now(),
+       last_error = left('skipped: ' || @reason::text || ' | ' || coalesce(last_error, ''), 500)
+ WHERE id = ANY(@ids::bigint[])
+   AND status = 'dead'
+RETURNING id;
+
+-- OutboxConsoleRetryPendingNow makes a pending message in backoff available
+-- now (the "retry" of a stalled head that is not dead).
+-- Lock strategy: one UPDATE by primary key, guarded by status = 'pending'
+-- and available_at in the future. Returns the id it changed; no row: the
+-- message is not pending in backoff (claimed, delivered, or already
+-- available), and nothing changed.
+-- name: OutboxConsoleRetryPendingNow :many
+UPDATE outbox
+   SET available_at = now()
+ WHERE id = @id::bigint
+   AND status = 'pending'
+   AND available_at > now()
+RETURNING id;
+
+-- OutboxConsoleOldestUndelivered: age in seconds of the oldest undelivered
+-- message (pending or processing), database clock; 0 when there is none.
+-- The figure of OutboxOldestPendingAge, read with bounded work: unordered
+-- pending rows are taken as the @lowest_ids lowest ids of outbox_pending
+-- (ids follow insertion order, so the oldest is among them unless a
+-- producer's transaction stayed open while @lowest_ids newer rows were
+-- inserted), ordered ones from outbox_ordered_head alone (created_at is an
+-- INCLUDE column, migration 00006), processing ones through outbox_leased
+-- (bounded by what relays hold).
+-- name: OutboxConsoleOldestUndelivered :one
+SELECT coalesce(extract(epoch FROM now() - min(u.created_at)), 0)::float8 AS oldest_age_seconds
+  FROM ((SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered ORDER BY id LIMIT @lowest_ids::integer)
+        UNION ALL
+        SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL
+        UNION ALL
+        SELECT created_at FROM outbox WHERE status = 'processing') AS u;
+
+-- OutboxConsoleBlocked: ordered aggregates whose head is dead, or whose
+-- oldest undelivered message is older than @stalled_after (database clock):
+-- the definition of OutboxBlockedAggregates, oldest first, at most
+-- @max_rows. The grouping reads outbox_ordered_head alone (id, status and
+-- created_at are INCLUDE columns, migration 00006); the head (lowest seq) is
+-- one LIMIT 1 probe of the same index per aggregate (a LATERAL, so that a
+-- low row estimate can never turn it into a scan per aggregate); only the
+-- heads shown are read from the table (event type, attempts, error).
+-- Index: outbox_ordered_head (undelivered ordered rows only), then the
+-- primary key for at most @max_rows heads.
+-- name: OutboxConsoleBlocked :many
+WITH blocked AS (
+    SELECT a.aggregate_id, a.backlog, a.oldest_created_at, h.id AS head_id, h.status AS head_status
+      FROM (SELECT aggregate_id, count(*) AS backlog, min(created_at) AS oldest_created_at
+              FROM outbox
+             WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
+             GROUP BY aggregate_id) AS a
+     CROSS JOIN LATERAL (
+            SELECT o.id, o.status
+              FROM outbox AS o
+             WHERE o.aggregate_id = a.aggregate_id
+               AND o.ordered AND o.seq IS NOT NULL AND o.status IN ('pending', 'processing', 'dead')
+             ORDER BY o.seq
+             LIMIT 1) AS h
+     WHERE h.status = 'dead'
+        OR a.oldest_created_at < now() - @stalled_after::interval
+     ORDER BY a.oldest_created_at
+     LIMIT @max_rows::integer
+)
+SELECT b.aggregate_id,
+       b.head_id,
+       b.head_status,
+       o.event_type AS head_event_type,
+       o.attempts   AS head_attempts,
+       o.last_error AS head_last_error,
+       b.backlog,
+       extract(epoch FROM now() - b.oldest_created_at)::float8 AS oldest_age_seconds
+  FROM blocked AS b
+  JOIN outbox AS o ON o.id = b.head_id
+ ORDER BY b.oldest_created_at;
+
+-- OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
+-- OutboxConsoleBlocked), stopping at @cap.
+-- Index: outbox_ordered_head alone (INCLUDE columns, migration 00006): one
+-- pass to group, one LIMIT 1 probe per aggregate for its head.
+-- name: OutboxConsoleBlockedCount :one
+SELECT count(*) AS blocked
+  FROM (SELECT 1
+          FROM (SELECT aggregate_id, min(created_at) AS oldest_created_at
+                  FROM outbox
+                 WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
+                 GROUP BY aggregate_id) AS a
+         CROSS JOIN LATERAL (
+                SELECT o.status
+                  FROM outbox AS o
+                 WHERE o.aggregate_id = a.aggregate_id
+                   AND o.ordered AND o.seq IS NOT NULL AND o.status IN ('pending', 'processing', 'dead')
+                 ORDER BY o.seq
+                 LIMIT 1) AS h
+         WHERE h.status = 'dead'
+            OR a.oldest_created_at < now() - @stalled_after::interval
+         LIMIT @cap::integer) AS b;
