@@ -526,8 +526,18 @@ type Querier interface {
 	// No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
 	OutboxOrderedCommitWaits(ctx context.Context) (OutboxOrderedCommitWaitsRow, error)
 	// OutboxPurgeDone deletes at most @limit done rows older than @older_than
-	// (done_at, database clock). Bounded so each call is a short transaction;
-	// call it until it returns 0.
+	// (done_at, database clock), oldest first. Bounded so each call is a short
+	// transaction; call it until it returns 0.
+	// Access path: outbox_done_at (00006) in done_at order for the candidates,
+	// then the primary key through id = ANY(ARRAY(...)). Written as
+	// id IN (SELECT ...), the delete was planned as a hash semi join over a
+	// sequential scan of the whole table whenever the plan was generic (the CLI's
+	// default pgx statement cache) and, at batch 10,000, even as a custom plan:
+	// each batch cost O(table) instead of O(batch) (measured on 300,000 done
+	// rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
+	// against 2.1 ms and 99 ms this way; issue 14).
+	// Lock strategy: plain DELETE by primary key; status is re-checked on the
+	// row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 	OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error)
 	// OutboxReap buries messages whose worker keeps dying: processing rows whose
 	// lease expired with every attempt spent go to dead. A poison message never
