@@ -9,4 +9,6 @@ func (p *Publisher) MessagingSystem() string { return "http" }
 
 // DestinationName is the receiver's scheme and host: the path and query are
 // left out, as they often embed a token.
-func (p *Publisher) DestinationName(dispatcher.Message) string { return p.url.Scheme + "://" + p.url.Host }
+func (p *Publisher) DestinationName(dispatcher.Message) string {
+	return p.url.Scheme + "://" + p.url.Host
+}
