@@ -292,6 +292,14 @@ type Config struct {
 	// TraceParent (a child span). Defaults to TraceLink.
 	TraceMode TraceMode
 
+	// DisableTracing turns the tracing code off: no spans (whatever the
+	// TracerProvider), no statement wrapper, no header rewriting; the
+	// publish context carries nothing. Message.TraceParent and TraceState
+	// are still set, so publishers still send the stored context. For
+	// applications whose global TracerProvider must not see the outbox.
+	// Defaults to false.
+	DisableTracing bool
+
 	// OnLeaseLost, when set, is called for each fenced write that changed no
 	// row (after the warning is logged). For tests and custom accounting.
 	OnLeaseLost func(outboxID, leaseVersion int64)

@@ -67,9 +67,13 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
 	tr := newTracing(cfg, pub)
+	var dbtx db.DBTX = newCustomPlans(pool, rename)
+	if !cfg.DisableTracing {
+		dbtx = tracedDB{inner: dbtx, t: tr}
+	}
 	d := &Dispatcher{
 		pool:        pool,
-		q:           db.New(tracedDB{inner: newCustomPlans(pool, rename), t: tr}),
+		q:           db.New(dbtx),
 		pub:         pub,
 		cfg:         cfg,
 		log:         newTraceLogger(cfg.Logger).With(slog.String("owner", cfg.Owner)),

@@ -88,6 +88,7 @@ type tracing struct {
 	mode   TraceMode
 	dest   MessagingDestination // nil: defaults
 	table  string
+	off    bool // Config.DisableTracing
 }
 
 func newTracing(cfg Config, pub Publisher) *tracing {
@@ -104,7 +105,7 @@ func newTracing(cfg Config, pub Publisher) *tracing {
 	if cfg.Schema != "" {
 		table = cfg.Schema + "." + cfg.Table
 	}
-	return &tracing{tracer: tp.Tracer(tracerName), prop: prop, mode: cfg.TraceMode, dest: dest, table: table}
+	return &tracing{tracer: tp.Tracer(tracerName), prop: prop, mode: cfg.TraceMode, dest: dest, table: table, off: cfg.DisableTracing}
 }
 
 // startPublish starts j's publish span and returns the context Publish runs
@@ -121,6 +122,9 @@ func (t *tracing) startPublish(ctx context.Context, j *job) context.Context {
 	tp, hasTP := h[HeaderTraceParent]
 	_, hasBaggage := h[HeaderBaggage]
 	j.msg.TraceParent, j.msg.TraceState = tp, h[HeaderTraceState]
+	if t.off {
+		return ctx
+	}
 	stored := ctx
 	if hasTP || hasBaggage {
 		stored = t.prop.Extract(ctx, propagation.MapCarrier(h))

@@ -399,3 +399,24 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestTrace_DisableTracingMakesNoSpansAndForwardsTheStoredContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tr := newTraced(t)
+	_, producer := b.enqueueTraced(t, tr)
+	before := len(tr.rec.Ended())
+	var log seenLog
+	d, _ := b.start(t, log.publisher(nil), fast(dispatcher.Config{TracerProvider: tr.tp, DisableTracing: true}))
+	waitFor(t, 30*time.Second, "the publish", func() bool { return d.Stats().Published == 1 })
+	if n := len(tr.rec.Ended()) - before; n != 0 {
+		t.Errorf("%d spans with DisableTracing, want none", n)
+	}
+	m := log.all()[0]
+	if m.sc.IsValid() {
+		t.Errorf("Publish ctx carries span context %v, want none", m.sc)
+	}
+	if !strings.Contains(m.msg.TraceParent, producer.TraceID().String()) || m.msg.Headers["traceparent"] != m.msg.TraceParent {
+		t.Errorf("TraceParent %q, Headers %v: want the stored context in both", m.msg.TraceParent, m.msg.Headers)
+	}
+}
