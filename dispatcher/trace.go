@@ -108,6 +108,13 @@ func newTracing(cfg Config, pub Publisher) *tracing {
 	return &tracing{tracer: tp.Tracer(tracerName), prop: prop, mode: cfg.TraceMode, dest: dest, table: table, off: cfg.DisableTracing}
 }
 
+// Start options of the publish span: a new root (TraceLink) or a child of
+// the stored context (TraceParent).
+var (
+	rootStart  = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithNewRoot()}
+	childStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+)
+
 // startPublish starts j's publish span and returns the context Publish runs
 // in. It records the stored creation context in Message.TraceParent and
 // TraceState, and, when the span is real, writes the span's context into
@@ -130,20 +137,18 @@ func (t *tracing) startPublish(ctx context.Context, j *job) context.Context {
 		stored = t.prop.Extract(ctx, propagation.MapCarrier(h))
 	}
 	sc := trace.SpanContextFromContext(stored)
-	var opts [3]trace.SpanStartOption
-	n := 0
-	opts[n] = trace.WithSpanKind(trace.SpanKindProducer)
-	n++
+	opts := childStart
 	if t.mode == TraceLink {
-		opts[n] = trace.WithNewRoot()
-		n++
-		if sc.IsValid() {
-			opts[n] = trace.WithLinks(trace.Link{SpanContext: sc})
-			n++
-		}
+		opts = rootStart
 	}
-	sctx, span := t.tracer.Start(stored, "send", opts[:n]...)
+	sctx, span := t.tracer.Start(stored, "send", opts...)
 	if span.IsRecording() {
+		// The link is added once the span is known to record, so that a
+		// process without an SDK allocates nothing for it (the samplers
+		// of the SDK decide on the parent and the trace id, not on links).
+		if t.mode == TraceLink && sc.IsValid() {
+			span.AddLink(trace.Link{SpanContext: sc})
+		}
 		system, dest := "pgoutbox", j.msg.EventType
 		if t.dest != nil {
 			system, dest = t.dest.MessagingSystem(), t.dest.DestinationName(j.msg)

@@ -46,7 +46,11 @@ func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *
 }
 
 func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel *releaser) {
-	pctx, cancel := context.WithTimeoutCause(hardCtx, d.cfg.PublishTimeout, context.DeadlineExceeded)
+	// The publish span (trace.go) ends when the outcome is known: after
+	// the fenced write of a failure, or after the batched finalize. sctx is
+	// hardCtx with the span; the publish runs in it.
+	sctx := d.tracing.startPublish(hardCtx, j)
+	pctx, cancel := context.WithTimeoutCause(sctx, d.cfg.PublishTimeout, context.DeadlineExceeded)
 	defer cancel()
 	var leaseLost func() bool = func() bool { return false }
 	if d.cfg.HeartbeatInterval > 0 {
@@ -57,11 +61,6 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 		defer stop()
 		leaseLost = lost
 	}
-
-	// The publish span (trace.go) ends when the outcome is known: after
-	// the fenced write of a failure, or after the batched finalize.
-	sctx := d.tracing.startPublish(hardCtx, j)
-	pctx = contextWithSpanOf(pctx, sctx)
 
 	start := time.Now()
 	err := d.safePublish(pctx, j.msg)
