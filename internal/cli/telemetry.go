@@ -59,7 +59,7 @@ type telemetryFlags struct {
 
 func addTelemetryFlags(f *flags) telemetryFlags {
 	return telemetryFlags{
-		endpoint: f.String("otlp-endpoint", "", "export traces and metrics over OTLP/HTTP to this base URL, e.g. http://collector:4318 (default: $"+envOTLPEndpoint+"; the other OTEL_* variables apply, see the README)"),
+		endpoint:  f.String("otlp-endpoint", "", "export traces and metrics over OTLP/HTTP to this base URL, e.g. http://collector:4318 (default: $"+envOTLPEndpoint+"; the other OTEL_* variables apply, see the README)"),
 		traceMode: f.String("trace-mode", "link", "how a publish span relates to the trace the event was enqueued in: link (a trace of its own, linked) or parent (a child span)"),
 	}
 }
