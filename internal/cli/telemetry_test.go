@@ -228,7 +228,7 @@ func TestRun_ExportsTracesAndMetricsOverOTLP(t *testing.T) {
 	if creator.TraceID() != producer.TraceID() {
 		t.Errorf("receiver's ce-traceparent trace %s, want the producer's %s", creator.TraceID(), producer.TraceID())
 	}
-	if otlp.span("OutboxMarkDoneMany outbox") == nil || otlp.span("OutboxClaim outbox") == nil {
+	if otlp.span("OutboxMarkDoneMany outbox") == nil || otlp.span("OutboxClaimWindow outbox") == nil {
 		t.Errorf("claim and finalize spans not exported")
 	}
 
