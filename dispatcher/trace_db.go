@@ -50,31 +50,28 @@ func withLinkedJobs(ctx context.Context, batch []*job) context.Context {
 	return context.WithValue(ctx, linkedJobsKey{}, batch)
 }
 
+var clientStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+
 func (t tracedDB) start(ctx context.Context, sql string) (context.Context, trace.Span) {
-	var buf [2]trace.SpanStartOption
-	opts := append(buf[:0], trace.WithSpanKind(trace.SpanKindClient))
+	name := queryName(sql)
+	ctx, span := t.t.tracer.Start(ctx, name, clientStart...)
+	if !span.IsRecording() {
+		return ctx, span // no SDK, or not sampled: nothing more to pay
+	}
+	span.SetName(name + " " + t.t.table)
+	span.SetAttributes(
+		attribute.String("db.system.name", "postgresql"),
+		attribute.String("db.operation.name", name),
+		attribute.String("db.collection.name", t.t.table),
+	)
+	// Links are added once the span is known to record: without an SDK a
+	// batch of thousands would cost a slice per flush for nothing.
 	if batch, ok := ctx.Value(linkedJobsKey{}).([]*job); ok {
-		links := make([]trace.Link, 0, len(batch))
 		for _, j := range batch {
-			if j.span != nil {
-				if sc := j.span.SpanContext(); sc.IsValid() {
-					links = append(links, trace.Link{SpanContext: sc})
-				}
+			if j.span != nil && j.span.IsRecording() {
+				span.AddLink(trace.Link{SpanContext: j.span.SpanContext()})
 			}
 		}
-		if len(links) > 0 {
-			opts = append(opts, trace.WithLinks(links...))
-		}
-	}
-	name := queryName(sql)
-	ctx, span := t.t.tracer.Start(ctx, name, opts...)
-	if span.IsRecording() {
-		span.SetName(name + " " + t.t.table)
-		span.SetAttributes(
-			attribute.String("db.system.name", "postgresql"),
-			attribute.String("db.operation.name", name),
-			attribute.String("db.collection.name", t.t.table),
-		)
 	}
 	return ctx, span
 }
