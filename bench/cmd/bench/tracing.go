@@ -46,7 +46,8 @@ func runTracing(ctx context.Context, e *env) error {
 	producerTP := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	defer func() { _ = producerTP.Shutdown(ctx) }()
 	for round := -1; round < e.o.rounds; round++ { // round -1: warm-up, not counted
-		for _, c := range cases {
+		k := (round + 1) % len(cases) // the order rotates from round to round
+		for _, c := range append(append([]*tracingCase(nil), cases[k:]...), cases[:k]...) {
 			if err := resetOutbox(ctx, e.outbox); err != nil {
 				return err
 			}
@@ -111,7 +112,7 @@ func writeTracing(p func(string, ...any), r *results) {
 	base := r.Tracing[0].Rate
 	p("## 7. The cost of tracing")
 	p("")
-	p("The drain of item 1 (%s messages, the same configuration), every event enqueued inside a producer span (so every row carries a `traceparent`), with three tracing setups; rounds interleaved, median of %d shown. *Code off*: `Config.DisableTracing`, no tracing code on the path, the dispatcher as before tracing. *Disabled*: the default, no OpenTelemetry SDK installed; each publish still reads the stored context. *Every message sampled*: the SDK with `AlwaysSample` and a batch span processor over an exporter that discards spans: one producer span per message, one client span per statement.", kfmt(float64(r.TracingN)), len(r.Tracing[0].Rounds))
+	p("The drain of item 1 (%s messages, the same configuration), every event enqueued inside a producer span (so every row carries a `traceparent`), with three tracing setups; rounds interleaved (the order rotating), median of %d shown. *Code off*: `Config.DisableTracing`, no tracing code on the path, the dispatcher as before tracing. *Disabled*: the default, no OpenTelemetry SDK installed; each publish still reads the stored context. *Every message sampled*: the SDK with `AlwaysSample` and a batch span processor over an exporter that discards spans: one producer span per message, one client span per statement.", kfmt(float64(r.TracingN)), len(r.Tracing[0].Rounds))
 	p("")
 	p("| Tracing | msg/s | vs code off | rounds (msg/s) |")
 	p("| --- | --- | --- | --- |")
