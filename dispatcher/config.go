@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 )
@@ -272,6 +274,32 @@ type Config struct {
 	// installs an SDK).
 	MeterProvider metric.MeterProvider
 
+	// TracerProvider creates the spans: one producer span per publish
+	// ("send {destination}"), and one client span per statement (claim,
+	// finalize, reschedule, lease, reap). Defaults to
+	// otel.GetTracerProvider() (a no-op until the application installs an
+	// SDK). See trace.go and the README's tracing section.
+	TracerProvider trace.TracerProvider
+
+	// Propagator reads the trace context stored with each event and writes
+	// the publish span's context into the headers publishers forward.
+	// Defaults to propagation.TraceContext{} (traceparent, tracestate); a
+	// composite with propagation.Baggage{} forwards baggage too.
+	Propagator propagation.TextMapPropagator
+
+	// TraceMode relates each publish span to the stored creation context:
+	// TraceLink (a link; the publish starts a trace of its own) or
+	// TraceParent (a child span). Defaults to TraceLink.
+	TraceMode TraceMode
+
+	// DisableTracing turns the tracing code off: no spans (whatever the
+	// TracerProvider), no statement wrapper, no header rewriting; the
+	// publish context carries nothing. Message.TraceParent and TraceState
+	// are still set, so publishers still send the stored context. For
+	// applications whose global TracerProvider must not see the outbox.
+	// Defaults to false.
+	DisableTracing bool
+
 	// OnLeaseLost, when set, is called for each fenced write that changed no
 	// row (after the warning is logged). For tests and custom accounting.
 	OnLeaseLost func(outboxID, leaseVersion int64)
@@ -371,6 +399,8 @@ func (c Config) validate() error {
 		return bad("SweepInterval must be positive, got %s", c.SweepInterval)
 	case c.UnclassifiedErrors < UnclassifiedAsCrash || c.UnclassifiedErrors > UnclassifiedAsPermanent:
 		return bad("UnclassifiedErrors has unknown value %d", c.UnclassifiedErrors)
+	case c.TraceMode < TraceLink || c.TraceMode > TraceParent:
+		return bad("TraceMode has unknown value %d", c.TraceMode)
 	case c.Claim < ClaimAll || c.Claim > ClaimOrderedOnly:
 		return bad("Claim has unknown value %d", c.Claim)
 	case sqlrename.ValidateTable(c.Table) != nil:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/db"
 )
@@ -26,6 +27,7 @@ type Dispatcher struct {
 	log     *slog.Logger
 	metrics *metrics
 	tokens  *claimTokens // the lease_owner of each claim (owner.go)
+	tracing *tracing
 
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
@@ -64,14 +66,20 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
+	tr := newTracing(cfg, pub)
+	var dbtx db.DBTX = newCustomPlans(pool, rename)
+	if !cfg.DisableTracing {
+		dbtx = tracedDB{inner: dbtx, t: tr}
+	}
 	d := &Dispatcher{
 		pool:        pool,
-		q:           db.New(newCustomPlans(pool, rename)),
+		q:           db.New(dbtx),
 		pub:         pub,
 		cfg:         cfg,
-		log:         cfg.Logger.With(slog.String("owner", cfg.Owner)),
+		log:         newTraceLogger(cfg.Logger).With(slog.String("owner", cfg.Owner)),
 		metrics:     m,
 		tokens:      newClaimTokens(cfg.Owner),
+		tracing:     tr,
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency),
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
@@ -210,6 +218,8 @@ type job struct {
 	attempts     int32
 	deadline     time.Time // local monotonic estimate of lease_until (never later than it)
 	msg          Message
+	span         trace.Span // the publish span, until its outcome is known (trace.go)
+	outcome      string     // the publish span's outcome, set by the fenced write of a failure
 }
 
 // claimLoop claims while there is room in flight, until ctx ends. It

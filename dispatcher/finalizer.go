@@ -79,10 +79,11 @@ func (f *finalizer) run(ctx context.Context) {
 func (f *finalizer) flush(ctx context.Context, batch []*job) {
 	d := f.d
 	ids, versions, owners := tokensOf(batch)
-	done, err := retryDBValue(ctx, d, "mark done", func(ctx context.Context) ([]int64, error) {
+	done, err := retryDBValue(withLinkedJobs(ctx, batch), d, "mark done", func(ctx context.Context) ([]int64, error) {
 		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners})
 	})
 	defer d.release(len(batch))
+	defer endFinalized(batch, err) // publish spans: done (lease lost ones ended already)
 	if err != nil {
 		return // logged by retryDBValue; leases expire and messages are re-delivered
 	}

@@ -231,9 +231,10 @@ func (s syncDone) add(j *job) {
 	d := s.d
 	defer d.release(1)
 	n, err := retryDB(s.ctx, d, "mark done", func(ctx context.Context) (int64, error) {
-		return d.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner})
+		return d.q.OutboxMarkDone(contextWithSpanOf(ctx, j.spanCtx()), db.OutboxMarkDoneParams{ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner})
 	})
 	if err != nil {
+		j.endPublish(spanWriteFailed, "finalize_failed", err)
 		return
 	}
 	if n == 0 {
@@ -241,6 +242,7 @@ func (s syncDone) add(j *job) {
 		return
 	}
 	d.metrics.add(outPublished, 1)
+	j.endPublish(spanDone, "", nil)
 	if j.msg.Ordered {
 		d.wakeUp() // the next message of its aggregate is the head now
 	}

@@ -36,6 +36,14 @@ type Message struct {
 	CreatedAt time.Time
 	// Ordered reports that the event was enqueued with per-aggregate order.
 	Ordered bool
+	// TraceParent and TraceState are the W3C trace context stored with the
+	// event when it was enqueued (its traceparent and tracestate headers):
+	// the producer's context, which publishers send as the CloudEvents
+	// distributed-tracing attributes. Headers["traceparent"] is, when the
+	// dispatcher traces, the context of the publish span instead (see
+	// Config.TracerProvider). Empty when the event has none.
+	TraceParent string
+	TraceState  string
 }
 
 // IDString formats an outbox id as an idempotency key.

@@ -87,6 +87,11 @@ type metrics struct {
 	depthGauge, ageGauge, expiredGauge, blockedGauge metric.Int64ObservableGauge
 }
 
+// secondsBuckets are the advised boundaries of the duration histograms: 1ms
+// to 5 minutes (the SDK's default boundaries, 0 to 10,000, suit milliseconds).
+var secondsBuckets = metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+	1, 2.5, 5, 10, 30, 60, 300)
+
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -106,15 +111,16 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		return nil, err
 	}
 	if m.publishHist, err = meter.Float64Histogram("pgoutbox.publish.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time spent in Publisher.Publish.")); err != nil {
+		metric.WithDescription("Time spent in Publisher.Publish."), secondsBuckets); err != nil {
 		return nil, err
 	}
 	if m.e2eHist, err = meter.Float64Histogram("pgoutbox.delivery.latency", metric.WithUnit("s"),
-		metric.WithDescription("From created_at (the producing transaction) to a successful publish.")); err != nil {
+		metric.WithDescription("From created_at (the producing transaction) to a successful publish."), secondsBuckets); err != nil {
 		return nil, err
 	}
 	if m.flushHist, err = meter.Int64Histogram("pgoutbox.finalize.batch_size",
-		metric.WithDescription("Rows per batched finalize statement.")); err != nil {
+		metric.WithDescription("Rows per batched finalize statement."),
+		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)); err != nil {
 		return nil, err
 	}
 	if m.depthGauge, err = meter.Int64ObservableGauge("pgoutbox.queue.depth", metric.WithUnit("{message}"),

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/db/dbcopy"
 )
@@ -23,6 +25,9 @@ type Event struct {
 	// Payload must be a JSON document (validated; stored as jsonb).
 	Payload json.RawMessage
 	// Headers are forwarded by publishers next to the payload. Optional.
+	// The caller's trace context is added as traceparent and tracestate
+	// (HeaderTraceParent, HeaderTraceState) unless Headers sets traceparent
+	// already (see ProducerConfig.Propagator); the map is not modified.
 	Headers map[string]string
 	// Ordered asks for per-aggregate order: the event is delivered only after
 	// every earlier ordered event of the same AggregateID is done (and a dead
@@ -48,6 +53,16 @@ type ProducerConfig struct {
 	// MaxIdentifierBytes bounds AggregateType, AggregateID and EventType.
 	// Defaults to MaxIdentifierBytesDefault (255).
 	MaxIdentifierBytes int
+	// Propagator writes the trace context of the ctx given to Enqueue and
+	// EnqueueMany into each event's headers, unless the event sets
+	// traceparent itself, so that the publish links to (or continues) the
+	// request that produced the event. Defaults to
+	// propagation.TraceContext{} (traceparent, tracestate); use
+	// propagation.NewCompositeTextMapPropagator(propagation.TraceContext{},
+	// propagation.Baggage{}) to store baggage as well.
+	Propagator propagation.TextMapPropagator
+	// DisableTraceCapture stores no trace context. Defaults to false.
+	DisableTraceCapture bool
 }
 
 // Producer writes events into the outbox inside the caller's transaction.
@@ -62,6 +77,9 @@ func NewProducer(cfg ProducerConfig) *Producer {
 	}
 	if cfg.MaxIdentifierBytes <= 0 {
 		cfg.MaxIdentifierBytes = MaxIdentifierBytesDefault
+	}
+	if cfg.Propagator == nil {
+		cfg.Propagator = propagation.TraceContext{}
 	}
 	return &Producer{cfg: cfg}
 }
@@ -87,7 +105,7 @@ func EnqueueMany(ctx context.Context, tx dbcopy.DBTX, events []Event) (int64, er
 
 // Enqueue is the package-level Enqueue with this producer's configuration.
 func (p *Producer) Enqueue(ctx context.Context, tx db.DBTX, ev Event) (int64, error) {
-	params, err := p.prepare(ev)
+	params, err := p.prepare(ctx, ev)
 	if err != nil {
 		return 0, err
 	}
@@ -118,7 +136,7 @@ func (p *Producer) EnqueueMany(ctx context.Context, tx dbcopy.DBTX, events []Eve
 		if !ev.AvailableAt.IsZero() {
 			return 0, fmt.Errorf("%w: event %d: AvailableAt is not supported by EnqueueMany; use Enqueue", ErrInvalidEvent, i)
 		}
-		r, err := p.prepare(ev)
+		r, err := p.prepare(ctx, ev)
 		if err != nil {
 			return 0, fmt.Errorf("event %d: %w", i, err)
 		}
@@ -136,13 +154,13 @@ func (p *Producer) EnqueueMany(ctx context.Context, tx dbcopy.DBTX, events []Eve
 
 var emptyHeaders = []byte(`{}`)
 
-func (p *Producer) prepare(ev Event) (dbcopy.OutboxEnqueueManyParams, error) {
+func (p *Producer) prepare(ctx context.Context, ev Event) (dbcopy.OutboxEnqueueManyParams, error) {
 	if err := p.validate(ev); err != nil {
 		return dbcopy.OutboxEnqueueManyParams{}, err
 	}
 	headers := emptyHeaders
-	if len(ev.Headers) > 0 {
-		b, err := json.Marshal(ev.Headers)
+	if h := p.captureTrace(ctx, ev.Headers); len(h) > 0 {
+		b, err := json.Marshal(h)
 		if err != nil {
 			return dbcopy.OutboxEnqueueManyParams{}, fmt.Errorf("%w: headers: %v", ErrInvalidEvent, err)
 		}

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,7 +46,11 @@ func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *
 }
 
 func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel *releaser) {
-	pctx, cancel := context.WithTimeoutCause(hardCtx, d.cfg.PublishTimeout, context.DeadlineExceeded)
+	// The publish span (trace.go) ends when the outcome is known: after
+	// the fenced write of a failure, or after the batched finalize. sctx is
+	// hardCtx with the span; the publish runs in it.
+	sctx := d.tracing.startPublish(hardCtx, j)
+	pctx, cancel := context.WithTimeoutCause(sctx, d.cfg.PublishTimeout, context.DeadlineExceeded)
 	defer cancel()
 	var leaseLost func() bool = func() bool { return false }
 	if d.cfg.HeartbeatInterval > 0 {
@@ -77,17 +82,19 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 		// spent, the lease expires and a later claim recovers it in isolation
 		// (or the reap buries it at max attempts).
 		d.metrics.add(outPanic, 1)
-		d.log.Error("publisher panicked; message left to lease recovery",
+		d.log.ErrorContext(sctx, "publisher panicked; message left to lease recovery",
 			slog.Int64("outbox_id", j.id), slog.Int64("lease_version", j.leaseVersion), slog.Any("error", err))
+		j.endPublish(spanPanic, "panic", err)
 		d.release(1)
 		return
 	case hardCtx.Err() != nil:
 		// Shutdown cancelled the publish: hand the message back; it may have
 		// been delivered, and the receiver deduplicates by id.
+		j.endPublish(spanReleased, "", nil)
 		rel.add(j)
 		return
 	}
-	d.fail(hardCtx, j, err, pctx)
+	d.fail(sctx, j, err, pctx)
 }
 
 // fail applies the publisher's classification with a fenced write.
@@ -99,6 +106,8 @@ func (d *Dispatcher) fail(ctx context.Context, j *job, err error, pctx context.C
 		perm *PermanentError
 	)
 	timedOut := errors.Is(err, context.DeadlineExceeded) && context.Cause(pctx) == context.DeadlineExceeded
+	errType := publishErrorType(err, timedOut)
+	defer func() { j.endPublish(cmp.Or(j.outcome, spanWriteFailed), errType, err) }()
 	switch {
 	case errors.As(err, &def):
 		d.finalizeDefer(ctx, j, def)
@@ -116,7 +125,8 @@ func (d *Dispatcher) fail(ctx context.Context, j *job, err error, pctx context.C
 			d.finalizeDead(ctx, j, "unclassified: "+err.Error())
 		default:
 			d.metrics.add(outUnclassified, 1)
-			d.log.Error("unclassified publish error; message left processing until its lease expires (UnclassifiedAsCrash)",
+			j.outcome = spanUnclassified
+			d.log.ErrorContext(ctx, "unclassified publish error; message left processing until its lease expires (UnclassifiedAsCrash)",
 				slog.Int64("outbox_id", j.id), slog.Int64("lease_version", j.leaseVersion),
 				slog.Int("attempt", int(j.attempts)), slog.Any("error", err))
 		}
@@ -142,8 +152,9 @@ func (d *Dispatcher) finalizeRetry(ctx context.Context, j *job, err error, after
 		return
 	}
 	d.metrics.add(outRetried, 1)
-	d.log.Debug("publish failed, retrying", slog.Int64("outbox_id", j.id), slog.Int("attempt", int(j.attempts)),
+	d.log.DebugContext(ctx, "publish failed, retrying", slog.Int64("outbox_id", j.id), slog.Int("attempt", int(j.attempts)),
 		slog.Duration("delay", delay), slog.Any("error", err))
+	j.outcome = spanRetry
 }
 
 func (d *Dispatcher) finalizeDefer(ctx context.Context, j *job, def *DeferError) {
@@ -159,10 +170,12 @@ func (d *Dispatcher) finalizeDefer(ctx context.Context, j *job, def *DeferError)
 	case werr != nil:
 	case status == "dead":
 		d.metrics.add(outDead, 1)
-		d.log.Warn("deferred past MaxDeferAge; message is dead", slog.Int64("outbox_id", j.id),
+		d.log.WarnContext(ctx, "deferred past MaxDeferAge; message is dead", slog.Int64("outbox_id", j.id),
 			slog.Duration("max_defer_age", d.cfg.MaxDeferAge), slog.String("reason", def.Reason))
+		j.outcome = spanDead
 	default:
 		d.metrics.add(outDeferred, 1)
+		j.outcome = spanDefer
 	}
 }
 
@@ -178,14 +191,16 @@ func (d *Dispatcher) finalizeDead(ctx context.Context, j *job, reason string) {
 		return
 	}
 	d.metrics.add(outDead, 1)
-	d.log.Warn("message is dead", slog.Int64("outbox_id", j.id), slog.String("event_type", j.msg.EventType),
+	d.log.WarnContext(ctx, "message is dead", slog.Int64("outbox_id", j.id), slog.String("event_type", j.msg.EventType),
 		slog.String("aggregate_id", j.msg.AggregateID), slog.Int("attempt", int(j.attempts)), slog.String("error", reason))
+	j.outcome = spanDead
 }
 
 func (d *Dispatcher) leaseLost(j *job, op string) {
 	d.metrics.add(outLeaseLost, 1)
-	d.log.Warn("lost lease", slog.Int64("outbox_id", j.id), slog.Int64("lease_version", j.leaseVersion),
+	d.log.WarnContext(j.spanCtx(), "lost lease", slog.Int64("outbox_id", j.id), slog.Int64("lease_version", j.leaseVersion),
 		slog.String("op", op))
+	j.endPublish(spanLeaseLost, "lease_lost", ErrLeaseLost)
 	if d.cfg.OnLeaseLost != nil {
 		d.cfg.OnLeaseLost(j.id, j.leaseVersion)
 	}
@@ -266,12 +281,12 @@ func retryDBValue[T any](ctx context.Context, d *Dispatcher, op string, f func(c
 		}
 		if isDataError(err) {
 			d.metrics.dbErrors.Add(1)
-			d.log.Error("the database refused a fenced write (data error); not retrying it",
+			d.log.ErrorContext(ctx, "the database refused a fenced write (data error); not retrying it",
 				slog.String("op", op), slog.String("sqlstate", sqlState(err)), slog.Any("error", err))
 			return v, err
 		}
 		if ctx.Err() != nil {
-			d.log.Error("giving up a fenced write at shutdown; the lease will expire and the message be re-delivered",
+			d.log.ErrorContext(ctx, "giving up a fenced write at shutdown; the lease will expire and the message be re-delivered",
 				slog.String("op", op), slog.Any("error", err))
 			return v, err
 		}

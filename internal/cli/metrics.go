@@ -1,13 +1,14 @@
 package cli
 
 import (
-	"fmt"
-	"io"
-	"slices"
-	"strconv"
+	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
@@ -60,14 +61,18 @@ func (h *health) up(which int) bool {
 	return h.checked[which] && h.errs[which] == nil
 }
 
-// counter is one dispatcher counter exposed as a Prometheus counter.
+// counter is one dispatcher counter exposed under the name /metrics had
+// before the relay used the OpenTelemetry SDK (see the README's mapping).
 type counter struct {
 	name, help string
 	value      func(s *dispatcher.Stats) int64
 }
 
+// counters are read from Stats() at each collection. The dispatcher's own
+// instruments (pgoutbox.messages.claimed, .outcomes, the histograms and the
+// queue gauges) are exported beside them by the same exporter; claimed is
+// one of those already (pgoutbox_messages_claimed_total).
 var counters = []counter{
-	{"pgoutbox_messages_claimed_total", "Messages claimed under a lease by this process.", func(s *dispatcher.Stats) int64 { return s.Claimed }},
 	{"pgoutbox_messages_published_total", "Messages published and finalized done.", func(s *dispatcher.Stats) int64 { return s.Published }},
 	{"pgoutbox_messages_retried_total", "Messages rescheduled after a retryable failure.", func(s *dispatcher.Stats) int64 { return s.Retried }},
 	{"pgoutbox_messages_deferred_total", "Messages rescheduled by a business defer (attempt refunded).", func(s *dispatcher.Stats) int64 { return s.Deferred }},
@@ -86,64 +91,63 @@ var counters = []counter{
 	{"pgoutbox_finalize_flushes_total", "Batched finalize statements.", func(s *dispatcher.Stats) int64 { return s.Flushes }},
 }
 
-// writeMetrics writes the Prometheus text exposition format (version
-// 0.0.4). st is nil until the dispatcher runs (counters read 0); the queue
-// gauges appear once the dispatcher has read them.
-func writeMetrics(w io.Writer, st *dispatcher.Stats, h *health, now time.Time) {
-	var b strings.Builder
-	zero := dispatcher.Stats{}
-	s := st
-	if s == nil {
-		s = &zero
-	}
-	for _, c := range counters {
-		header(&b, c.name, c.help, "counter")
-		fmt.Fprintf(&b, "%s %d\n", c.name, c.value(s))
-	}
-	q := s.Queue
-	if !q.At.IsZero() {
-		header(&b, "pgoutbox_queue_messages", "Outbox messages by status (table-wide, all dispatchers).", "gauge")
-		statuses := make([]string, 0, len(q.ByStatus))
-		for k := range q.ByStatus {
-			statuses = append(statuses, k)
+// observeRelay registers the relay's own series on meter: the counters
+// above and the queue gauges under their names of before, and the health
+// gauges. disp is nil until the dispatcher runs (counters read 0); the
+// queue gauges appear once the dispatcher has read them.
+func observeRelay(meter metric.Meter, disp *atomic.Pointer[dispatcher.Dispatcher], h *health, now func() time.Time) error {
+	var insts []metric.Observable
+	ctrs := make([]metric.Int64ObservableCounter, len(counters))
+	for i, c := range counters {
+		ctr, err := meter.Int64ObservableCounter(strings.TrimSuffix(c.name, "_total"), metric.WithDescription(c.help))
+		if err != nil {
+			return err
 		}
-		slices.Sort(statuses)
-		for _, k := range statuses {
-			fmt.Fprintf(&b, "pgoutbox_queue_messages{status=\"%s\"} %d\n", escapeLabel(k), q.ByStatus[k])
+		ctrs[i] = ctr
+		insts = append(insts, ctr)
+	}
+	queue, err := meter.Int64ObservableGauge("pgoutbox_queue_messages",
+		metric.WithDescription("Outbox messages by status (table-wide, all dispatchers)."))
+	if err != nil {
+		return err
+	}
+	statsAge, err := meter.Float64ObservableGauge("pgoutbox_queue_stats_age_seconds",
+		metric.WithDescription("Seconds since the queue gauges were read from the database."))
+	if err != nil {
+		return err
+	}
+	up, err := meter.Int64ObservableGauge("pgoutbox_up",
+		metric.WithDescription("Whether the last check of a dependency succeeded (1) or not (0)."))
+	if err != nil {
+		return err
+	}
+	ready, err := meter.Int64ObservableGauge("pgoutbox_ready", metric.WithDescription("1 when /healthz answers ok."))
+	if err != nil {
+		return err
+	}
+	insts = append(insts, queue, statsAge, up, ready)
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var s dispatcher.Stats
+		if d := disp.Load(); d != nil {
+			s = d.Stats()
 		}
-		header(&b, "pgoutbox_queue_oldest_age_seconds", "Age of the oldest undelivered (pending or processing) message.", "gauge")
-		fmt.Fprintf(&b, "pgoutbox_queue_oldest_age_seconds %s\n", formatFloat(q.OldestAgeSeconds))
-		header(&b, "pgoutbox_leases_expired", "Processing messages past their lease.", "gauge")
-		fmt.Fprintf(&b, "pgoutbox_leases_expired %d\n", q.ExpiredLeases)
-		header(&b, "pgoutbox_aggregates_blocked", "Ordered aggregates whose head is dead or undelivered for more than 5m.", "gauge")
-		fmt.Fprintf(&b, "pgoutbox_aggregates_blocked %d\n", q.BlockedAggregates)
-		header(&b, "pgoutbox_queue_stats_age_seconds", "Seconds since the queue gauges were read from the database.", "gauge")
-		fmt.Fprintf(&b, "pgoutbox_queue_stats_age_seconds %s\n", formatFloat(now.Sub(q.At).Seconds()))
-	}
-	ready, _ := h.ready()
-	header(&b, "pgoutbox_up", "Whether the last check of a dependency succeeded (1) or not (0).", "gauge")
-	for i := range numChecks {
-		fmt.Fprintf(&b, "pgoutbox_up{dependency=\"%s\"} %d\n", checkNames[i], boolInt(h.up(i)))
-	}
-	header(&b, "pgoutbox_ready", "1 when /healthz answers ok.", "gauge")
-	fmt.Fprintf(&b, "pgoutbox_ready %d\n", boolInt(ready))
-	_, _ = io.WriteString(w, b.String())
-}
-
-func header(b *strings.Builder, name, help, typ string) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, escapeHelp(help), name, typ)
-}
-
-func escapeHelp(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
-}
-
-func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`).Replace(s)
-}
-
-func formatFloat(f float64) string {
-	return strconv.FormatFloat(f, 'g', -1, 64)
+		for i, c := range counters {
+			o.ObserveInt64(ctrs[i], c.value(&s))
+		}
+		if q := s.Queue; !q.At.IsZero() {
+			for status, n := range q.ByStatus {
+				o.ObserveInt64(queue, n, metric.WithAttributes(attribute.String("status", status)))
+			}
+			o.ObserveFloat64(statsAge, now().Sub(q.At).Seconds())
+		}
+		ok, _ := h.ready()
+		for i := range numChecks {
+			o.ObserveInt64(up, int64(boolInt(h.up(i))), metric.WithAttributes(attribute.String("dependency", checkNames[i])))
+		}
+		o.ObserveInt64(ready, int64(boolInt(ok)))
+		return nil
+	}, insts...)
+	return err
 }
 
 func boolInt(b bool) int {

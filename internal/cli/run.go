@@ -107,6 +107,8 @@ type runConfig struct {
 	}
 	stdoutCE bool
 	ceSource string
+
+	telemetry telemetryConfig // telemetry.go
 }
 
 var publisherNames = []string{"http", "nats", "amqp", "kafka", "stdout", "discard"}
@@ -166,6 +168,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	healthEvery := f.duration("health-interval", 5*time.Second, "how often /healthz re-checks PostgreSQL and the publisher")
 	logLevel := f.String("log-level", "info", "debug, info, warn or error")
 	logFormat := f.String("log-format", "text", "text or json")
+	telFlags := addTelemetryFlags(f)
 
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
@@ -306,6 +309,11 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		}
 	}
 	rc.metricsAddr, rc.healthEvery = *metricsAddr, *healthEvery
+	tc, err := telFlags.resolve(f, a.getenv, a.secrets.Add)
+	if err != nil {
+		return err
+	}
+	rc.telemetry = tc
 	rc.ceSource, rc.stdoutCE = *ceSource, *stdoutCE
 
 	switch rc.publisher {
@@ -385,6 +393,15 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 	}
 	log := slog.New(handler)
 	rc.disp.Logger = log
+	tel, err := startTelemetry(ctx, rc.telemetry, rc.metricsAddr != "")
+	if err != nil {
+		return failf("run: %s", a.secrets.Scrub(err.Error()))
+	}
+	defer tel.shutdown(ctx, log)
+	rc.disp.MeterProvider, rc.disp.TraceMode = tel.mp, rc.telemetry.mode
+	if tel.tp != nil {
+		rc.disp.TracerProvider = tel.tp
+	}
 
 	// The pool connects lazily: creating it lets dispatcher.New check the
 	// dispatcher configuration before anything is contacted.
@@ -430,7 +447,10 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 	h.set(checkDB, nil)
 	var disp atomic.Pointer[dispatcher.Dispatcher]
 	if rc.metricsAddr != "" {
-		stop, err := a.serveMetrics(ctx, rc.metricsAddr, h, &disp, log)
+		if err := observeRelay(tel.meter(), &disp, h, time.Now); err != nil {
+			return failf("run: metrics: %s", err)
+		}
+		stop, err := a.serveMetrics(ctx, rc.metricsAddr, h, tel.metricsHandler(), log)
 		if err != nil {
 			return err
 		}
@@ -626,25 +646,18 @@ func (a *app) startupAttrs(rc runConfig, d *database) []any {
 	if rc.metricsAddr != "" {
 		attrs = append(attrs, slog.String("metrics_addr", rc.metricsAddr))
 	}
+	attrs = append(attrs, rc.telemetry.logAttrs()...)
 	return attrs
 }
 
 // serveMetrics binds addr and serves /metrics and /healthz until stop.
-func (a *app) serveMetrics(ctx context.Context, addr string, h *health, disp *atomic.Pointer[dispatcher.Dispatcher], log *slog.Logger) (func(), error) {
+func (a *app) serveMetrics(ctx context.Context, addr string, h *health, metrics http.Handler, log *slog.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, failf("cannot listen on --metrics-addr %s: %s", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		var st *dispatcher.Stats
-		if d := disp.Load(); d != nil {
-			s := d.Stats()
-			st = &s
-		}
-		writeMetrics(w, st, h, time.Now())
-	})
+	mux.Handle("GET /metrics", metrics) // the OpenTelemetry Prometheus exporter (telemetry.go)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")

@@ -196,7 +196,7 @@ func checkExposition(t *testing.T, text string) map[string]float64 {
 			helped[f[2]] = true
 		case strings.HasPrefix(line, "# TYPE "):
 			f := strings.Fields(line)
-			if len(f) != 4 || (f[3] != "counter" && f[3] != "gauge") {
+			if len(f) != 4 || (f[3] != "counter" && f[3] != "gauge" && f[3] != "histogram") {
 				t.Errorf("bad TYPE line %q", line)
 				continue
 			}
@@ -210,7 +210,13 @@ func checkExposition(t *testing.T, text string) map[string]float64 {
 				t.Errorf("malformed sample line %q", line)
 				continue
 			}
-			if typed[m[1]] == "" {
+			family := m[1]
+			for _, sfx := range []string{"_bucket", "_sum", "_count"} {
+				if base, ok := strings.CutSuffix(m[1], sfx); ok && typed[base] == "histogram" {
+					family = base
+				}
+			}
+			if typed[family] == "" {
 				t.Errorf("sample %q has no TYPE line before it", line)
 			}
 			if typed[m[1]] == "counter" && !strings.HasSuffix(m[1], "_total") {
@@ -274,7 +280,19 @@ func TestRun_MetricsAndHealthz(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
 		}
 	}
-	for _, name := range []string{"pgoutbox_queue_oldest_age_seconds", "pgoutbox_queue_stats_age_seconds", "pgoutbox_messages_retried_total"} {
+	// Every dispatcher instrument reaches /metrics through the OpenTelemetry
+	// Prometheus exporter, histograms included.
+	for name, want := range map[string]float64{
+		`pgoutbox_publish_duration_seconds_count{ok="true"}`:    3,
+		`pgoutbox_delivery_latency_seconds_bucket{le="+Inf"}`:   3,
+		`pgoutbox_messages_outcomes_total{outcome="published"}`: 3,
+	} {
+		if got, ok := samples[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+	for _, name := range []string{"pgoutbox_queue_oldest_age_seconds", "pgoutbox_queue_stats_age_seconds", "pgoutbox_messages_retried_total",
+		"pgoutbox_finalize_batch_size_count", `pgoutbox_queue_depth{status="done"}`} {
 		if _, ok := samples[name]; !ok {
 			t.Errorf("%s missing", name)
 		}

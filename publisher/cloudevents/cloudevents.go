@@ -2,6 +2,20 @@
 // binary content mode: the payload travels as the message body and the
 // attributes as transport headers.
 //
+// # Distributed tracing
+//
+// The CloudEvents distributed-tracing extension attributes traceparent and
+// tracestate carry the W3C trace context the event was created in (the
+// producer's request: dispatcher.Message.TraceParent and TraceState), and
+// travel with the prefix of the binding like every attribute (ce-traceparent
+// on HTTP and NATS, ce_traceparent on Kafka, cloudEvents_traceparent on
+// AMQP). The hop itself, the publish span, travels in the transport's own
+// trace headers, plain traceparent and tracestate, which every publisher
+// forwards from Message.Headers: a consumer that continues "the trace of
+// this delivery" extracts those; one that wants the producer's trace reads
+// the ce- attributes. Without a tracing SDK in the relay both carry the
+// producer's context.
+//
 // # Identity and the idempotency key
 //
 // CloudEvents identifies an event by source + id. The id is the outbox id,
@@ -49,6 +63,27 @@ type Attributes struct {
 	Subject         string // aggregate_id
 	Time            time.Time
 	DataContentType string
+	// TraceParent and TraceState are the distributed-tracing extension
+	// (the creation context); Map omits them when empty.
+	TraceParent string
+	TraceState  string
+}
+
+// TracingAttributes are the names of the distributed-tracing extension
+// attributes, without prefix.
+var TracingAttributes = []string{"traceparent", "tracestate"}
+
+// AttributeNames returns every attribute name Map can return, with prefix
+// (publishers reserve these names).
+func AttributeNames(prefix string) []string {
+	names := make([]string, 0, 9)
+	for name := range (Attributes{}).Map(prefix) {
+		names = append(names, name)
+	}
+	for _, name := range TracingAttributes {
+		names = append(names, prefix+name)
+	}
+	return names
 }
 
 // From returns the attributes of msg. The source is the publisher's own
@@ -68,6 +103,8 @@ func From(msg dispatcher.Message, source string) Attributes {
 		Subject:         msg.AggregateID,
 		Time:            msg.CreatedAt.UTC(),
 		DataContentType: "application/json",
+		TraceParent:     msg.TraceParent,
+		TraceState:      msg.TraceState,
 	}
 }
 
@@ -76,7 +113,7 @@ func From(msg dispatcher.Message, source string) Attributes {
 // protocol bindings). datacontenttype is returned without the prefix as
 // "content-type" only by callers that need it; here it is prefixed too.
 func (a Attributes) Map(prefix string) map[string]string {
-	return map[string]string{
+	m := map[string]string{
 		prefix + "specversion":     a.SpecVersion,
 		prefix + "id":              a.ID,
 		prefix + "type":            a.Type,
@@ -85,6 +122,13 @@ func (a Attributes) Map(prefix string) map[string]string {
 		prefix + "time":            a.Time.Format(time.RFC3339Nano),
 		prefix + "datacontenttype": a.DataContentType,
 	}
+	if a.TraceParent != "" {
+		m[prefix+"traceparent"] = a.TraceParent
+		if a.TraceState != "" {
+			m[prefix+"tracestate"] = a.TraceState
+		}
+	}
+	return m
 }
 
 // IdempotencyKey returns the key consumers deduplicate on for the event id

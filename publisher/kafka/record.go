@@ -22,7 +22,7 @@ const HeaderIdempotencyKey = "idempotency_key"
 
 // ReservedHeaders returns the record header names the publisher owns:
 // ce_specversion, ce_id, ce_source, ce_type, ce_subject, ce_time,
-// ce_datacontenttype, content-type and idempotency_key. Message.Headers with these names
+// ce_datacontenttype, ce_traceparent, ce_tracestate, content-type and idempotency_key. Message.Headers with these names
 // (ignoring case) are dropped.
 func ReservedHeaders() []string { return slices.Clone(reserved) }
 
@@ -31,9 +31,7 @@ var ceOrder = []string{"specversion", "id", "source", "type", "subject", "time"}
 
 var reserved = func() []string {
 	names := []string{HeaderContentType, HeaderIdempotencyKey}
-	for name := range (cloudevents.Attributes{}).Map(cePrefix) {
-		names = append(names, name)
-	}
+	names = append(names, cloudevents.AttributeNames(cePrefix)...)
 	slices.Sort(names)
 	return names
 }()
@@ -50,6 +48,11 @@ func buildRecord(msg dispatcher.Message, topic, source string) *kgo.Record {
 	headers := make([]kgo.RecordHeader, 0, len(ceOrder)+1+len(msg.Headers))
 	for _, name := range ceOrder {
 		headers = append(headers, kgo.RecordHeader{Key: cePrefix + name, Value: []byte(ce[cePrefix+name])})
+	}
+	for _, name := range cloudevents.TracingAttributes {
+		if v, ok := ce[cePrefix+name]; ok {
+			headers = append(headers, kgo.RecordHeader{Key: cePrefix + name, Value: []byte(v)})
+		}
 	}
 	headers = append(headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(attrs.DataContentType)},
 		kgo.RecordHeader{Key: HeaderIdempotencyKey, Value: []byte(attrs.IdempotencyKey())})

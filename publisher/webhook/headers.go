@@ -32,13 +32,13 @@ const cePrefix = "ce-"
 // ReservedHeaders returns the canonical names of the headers the publisher
 // owns: Content-Type, Idempotency-Key, Webhook-Id, Webhook-Timestamp,
 // Webhook-Signature and the CloudEvents attributes (Ce-Specversion, Ce-Id, Ce-Type, Ce-Source,
-// Ce-Subject, Ce-Time, Ce-Datacontenttype). Message.Headers with these names
+// Ce-Subject, Ce-Time, Ce-Datacontenttype, Ce-Traceparent, Ce-Tracestate). Message.Headers with these names
 // are dropped; Config.Headers with these names are rejected by New.
 func ReservedHeaders() []string { return slices.Clone(reserved) }
 
 var reserved = func() []string {
 	names := []string{"Content-Type", HeaderIdempotencyKey, HeaderID, HeaderTimestamp, HeaderSignature}
-	for name := range (cloudevents.Attributes{}).Map(cePrefix) {
+	for _, name := range cloudevents.AttributeNames(cePrefix) {
 		names = append(names, http.CanonicalHeaderKey(name))
 	}
 	slices.Sort(names)

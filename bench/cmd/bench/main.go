@@ -10,7 +10,8 @@
 // Items: (1) drain throughput vs River, (2) sustained mode latency, (3) claim
 // cost vs retained done rows, (4) ordered mode and (4b) the producer cost of
 // ordered events, (5) the SQL ceiling through
-// pgbench, (6) peak RSS while draining 1,000,000 messages (a child process).
+// pgbench, (6) peak RSS while draining 1,000,000 messages (a child process),
+// (7) the cost of tracing (tracing.go).
 package main
 
 import (
@@ -67,7 +68,7 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,sweep,sustained,claim,ordered,producers,ceiling,rss); default all")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing); default all")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not write BENCHMARKS.md or charts")
@@ -189,6 +190,7 @@ func run(o options) error {
 		{"ordered", runOrdered},
 		{"producers", runProducers},
 		{"rss", runRSS},
+		{"tracing", runTracing},
 	}
 	for _, it := range items {
 		if !o.want(it.name) {

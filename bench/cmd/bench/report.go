@@ -360,6 +360,7 @@ func writeReport(out string, r *results) error {
 		p("- Drain rate in the child: %s msg/s.", kfmt(r.RSSRate))
 		p("")
 	}
+	writeTracing(p, r)
 	p("## Tuning log")
 	p("")
 	p("%s", strings.TrimSpace(tuningLog))

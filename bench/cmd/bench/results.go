@@ -81,6 +81,10 @@ type results struct {
 	RSSPeakKiB  int64
 	RSSRate     float64
 	RSSGoDetail string
+
+	// Item 7 (tracing.go).
+	TracingN int
+	Tracing  []tracingCase
 }
 
 type setting struct{ Name, Value, Source string }
