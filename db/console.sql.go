@@ -837,12 +837,25 @@ func (q *Queries) OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsole
 }
 
 const outboxConsoleSkipDeadMany = `-- name: OutboxConsoleSkipDeadMany :many
+WITH handoff_locks AS (
+    -- The head hand-off (migration 00005) locks each ordered row's
+    -- aggregate; taken here first, all at once and in key order (the order
+    -- producers' COMMITs take them), so a batch can never deadlock with a
+    -- producer that writes two of its aggregates, or with another batch.
+    SELECT count(pg_advisory_xact_lock(k.key)) AS n
+      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+              FROM outbox AS l
+             WHERE l.id = ANY ($2::bigint[])
+               AND l.ordered
+             ORDER BY 1) AS k
+)
 UPDATE outbox
    SET status     = 'done',
        done_at    = now(),
        last_error = left('skipped: ' || $1::text || ' | ' || coalesce(last_error, ''), 500)
  WHERE id = ANY($2::bigint[])
    AND status = 'dead'
+   AND (SELECT n FROM handoff_locks) >= 0
 RETURNING id
 `
 

@@ -141,6 +141,18 @@ func (q *Queries) OutboxMarkDone(ctx context.Context, arg OutboxMarkDoneParams) 
 }
 
 const outboxMarkDoneMany = `-- name: OutboxMarkDoneMany :many
+WITH handoff_locks AS (
+    -- The head hand-off (migration 00005) locks each ordered row's
+    -- aggregate; taken here first, all at once and in key order (the order
+    -- producers' COMMITs take them), so a batch can never deadlock with a
+    -- producer that writes two of its aggregates, or with another batch.
+    SELECT count(pg_advisory_xact_lock(k.key)) AS n
+      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+              FROM outbox AS l
+             WHERE l.id = ANY ($1::bigint[])
+               AND l.ordered
+             ORDER BY 1) AS k
+)
 UPDATE outbox AS o
    SET status      = 'done',
        done_at     = now(),
@@ -155,6 +167,7 @@ UPDATE outbox AS o
    AND o.status = f.status
    AND o.lease_version = f.lease_version
    AND o.lease_owner = f.lease_owner
+   AND (SELECT n FROM handoff_locks) >= 0
 RETURNING o.id
 `
 

@@ -259,12 +259,25 @@ RETURNING id;
 -- status = 'dead'. Returns the ids it changed; a missing id is not dead
 -- (any more) or does not exist, and was left alone.
 -- name: OutboxConsoleSkipDeadMany :many
+WITH handoff_locks AS (
+    -- The head hand-off (migration 00005) locks each ordered row's
+    -- aggregate; taken here first, all at once and in key order (the order
+    -- producers' COMMITs take them), so a batch can never deadlock with a
+    -- producer that writes two of its aggregates, or with another batch.
+    SELECT count(pg_advisory_xact_lock(k.key)) AS n
+      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+              FROM outbox AS l
+             WHERE l.id = ANY (@ids::bigint[])
+               AND l.ordered
+             ORDER BY 1) AS k
+)
 UPDATE outbox
    SET status     = 'done',
        done_at    = now(),
        last_error = left('skipped: ' || @reason::text || ' | ' || coalesce(last_error, ''), 500)
  WHERE id = ANY(@ids::bigint[])
    AND status = 'dead'
+   AND (SELECT n FROM handoff_locks) >= 0
 RETURNING id;
 
 -- OutboxConsoleRetryPendingNow makes a pending message in backoff available

@@ -41,6 +41,18 @@ UPDATE outbox
 -- instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 -- Returns the ids actually finalized; a missing id lost its lease.
 -- name: OutboxMarkDoneMany :many
+WITH handoff_locks AS (
+    -- The head hand-off (migration 00005) locks each ordered row's
+    -- aggregate; taken here first, all at once and in key order (the order
+    -- producers' COMMITs take them), so a batch can never deadlock with a
+    -- producer that writes two of its aggregates, or with another batch.
+    SELECT count(pg_advisory_xact_lock(k.key)) AS n
+      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+              FROM outbox AS l
+             WHERE l.id = ANY (@ids::bigint[])
+               AND l.ordered
+             ORDER BY 1) AS k
+)
 UPDATE outbox AS o
    SET status      = 'done',
        done_at     = now(),
@@ -55,6 +67,7 @@ UPDATE outbox AS o
    AND o.status = f.status
    AND o.lease_version = f.lease_version
    AND o.lease_owner = f.lease_owner
+   AND (SELECT n FROM handoff_locks) >= 0
 RETURNING o.id;
 
 -- OutboxReschedule puts a message back to pending at now() + @delay: a
