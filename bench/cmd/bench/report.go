@@ -81,6 +81,7 @@ func (r *results) goals() []goal {
 		mib := float64(r.RSSPeakKiB) / 1024
 		g = append(g, goal{"Peak RSS while draining 1,000,000", "≤ 100 MiB", fmt.Sprintf("%.1f MiB", mib), mib <= 100, ""})
 	}
+	g = append(g, r.horizonGoals()...) // horizon_report.go
 	return g
 }
 
@@ -360,6 +361,7 @@ func writeReport(out string, r *results) error {
 		p("- Drain rate in the child: %s msg/s.", kfmt(r.RSSRate))
 		p("")
 	}
+	r.writeHorizonSections(p, charts) // sections 7-9: horizon_report.go
 	p("## Tuning log")
 	p("")
 	p("%s", strings.TrimSpace(tuningLog))
@@ -450,6 +452,9 @@ func (r *results) charts(dir string) (map[string]string, error) {
 			return nil, err
 		}
 		m["sustained"] = rel("sustained.png")
+	}
+	if err := r.horizonCharts(dir, m); err != nil { // horizon_report.go
+		return nil, err
 	}
 	return m, nil
 }

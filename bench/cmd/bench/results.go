@@ -81,6 +81,12 @@ type results struct {
 	RSSPeakKiB  int64
 	RSSRate     float64
 	RSSGoDetail string
+
+	// Item "horizon" (horizon.go) and the opt-in soak and retention
+	// measurements (horizon_soak.go).
+	Horizon   []*horizonRun
+	Soak      *soakResult
+	Retention []retentionResult
 }
 
 type setting struct{ Name, Value, Source string }
