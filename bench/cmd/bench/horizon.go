@@ -156,6 +156,9 @@ type horizonRun struct {
 	Buckets    []horizonBucket
 	Windows    []horizonWindow // baseline, held, held (last 30 s), after
 	Samples    []horizonSample
+	// Offset is when the producers started, as an offset of the samples'
+	// clock (Samples[i].At - Offset is seconds since the producers started).
+	Offset time.Duration
 }
 
 func (h *horizonRun) window(phase string) *horizonWindow {
@@ -367,6 +370,7 @@ func runHorizonVariant(ctx context.Context, e *env, v horizonVariant, sys horizo
 		return nil, fmt.Errorf("sampler: %w", serr)
 	}
 	run.Samples = samples
+	run.Offset = rec.since(start)
 	run.Committed = int(rec.committed.Load())
 	run.Published = int(rec.published.Load())
 	run.Achieved = float64(run.Committed) / produceTime.Seconds()

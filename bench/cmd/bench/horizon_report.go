@@ -35,7 +35,7 @@ func (r *results) horizonGoals() []goal {
 		if h.Censored > 0 {
 			measured += fmt.Sprintf("; %s still undelivered %s after the producers stopped", kfmt(float64(h.Censored)), horizonDrainWait)
 		}
-		g = append(g, goal{fmt.Sprintf("Pinned horizon %s, held %s at %s events/s", h.Variant.Label[4:], h.Hold, kfmt(h.Rate)),
+		g = append(g, goal{fmt.Sprintf("Pinned horizon %s, held %s at %s events/s", h.Variant.Label[:3], h.Hold, kfmt(h.Rate)) + ": " + h.Variant.Label[4:],
 			fmt.Sprintf("p99 ≤ %.0f× baseline, backlog < %s (1 s)", horizonP99Factor, kfmt(h.Rate)), measured, h.Met(), ""})
 	}
 	return g
@@ -198,7 +198,7 @@ func (r *results) horizonCharts(dir string, m map[string]string) error {
 			}
 			var bx []float64
 			for _, s := range h.Samples {
-				bx = append(bx, s.At.Seconds())
+				bx = append(bx, (s.At - h.Offset).Seconds())
 				bl = append(bl, float64(s.Backlog))
 			}
 			name := short[h.Variant.Key]
@@ -213,11 +213,12 @@ func (r *results) horizonCharts(dir string, m map[string]string) error {
 		h0 := r.Horizon[0]
 		window := fmt.Sprintf("held %.0f-%.0f s", h0.Baseline.Seconds(), (h0.Baseline + h0.Hold).Seconds())
 		zero := 0.0
-		save := func(key, file, title, ylabel string, series []chart.Series) error {
+		byCommit := "seconds since the producers started (commit time)"
+		save := func(key, file, title, xlabel, ylabel string, series []chart.Series) error {
 			if len(series) == 0 {
 				return nil
 			}
-			err := chart.Line{Title: title, XLabel: "seconds since the producers started (commit time)", YLabel: ylabel, YMin: &zero,
+			err := chart.Line{Title: title, XLabel: xlabel, YLabel: ylabel, YMin: &zero,
 				Series: series}.Save(filepath.Join(dir, file))
 			if err != nil {
 				return err
@@ -225,13 +226,13 @@ func (r *results) horizonCharts(dir string, m map[string]string) error {
 			m[key] = rel(file)
 			return nil
 		}
-		if err := save("horizon_pgoutbox", "horizon_pgoutbox.png", "pgoutbox, long transaction "+window+": latency per 5 s", "milliseconds", pg); err != nil {
+		if err := save("horizon_pgoutbox", "horizon_pgoutbox.png", "pgoutbox, long transaction "+window+": latency per 5 s", byCommit, "milliseconds", pg); err != nil {
 			return err
 		}
-		if err := save("horizon_river", "horizon_river.png", "River, snapshot "+window+": latency per 5 s", "milliseconds", rv); err != nil {
+		if err := save("horizon_river", "horizon_river.png", "River, snapshot "+window+": latency per 5 s", byCommit, "milliseconds", rv); err != nil {
 			return err
 		}
-		if err := save("horizon_backlog", "horizon_backlog.png", "Backlog, long transaction "+window, "events committed, not delivered", backlog); err != nil {
+		if err := save("horizon_backlog", "horizon_backlog.png", "Backlog, long transaction "+window, "seconds since the producers started", "events committed, not delivered", backlog); err != nil {
 			return err
 		}
 	}
