@@ -29,6 +29,10 @@ const (
 	horizonHoldDefault     = 75 * time.Second
 	horizonAfterDefault    = 20 * time.Second
 	horizonBucketLen       = 5 * time.Second
+	// -full: the goal's duration.
+	horizonBaselineFull = 30 * time.Second
+	horizonHoldFull     = 10 * time.Minute
+	horizonAfterFull    = time.Minute
 	// horizonDrainWait is how long after the producers stop the run waits
 	// for the backlog; what is still undelivered then is censored (counted
 	// with its latency so far).

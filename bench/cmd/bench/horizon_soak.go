@@ -76,6 +76,13 @@ type soakResult struct {
 	Settings                     string
 	Growth                       float64 // relative growth of table + indexes over the second half
 	Plateau                      bool
+	Purges                       []soakPurge
+}
+
+// soakPurge is one scheduled purge run.
+type soakPurge struct {
+	At, Took time.Duration
+	Rows     int64
 }
 
 func sumSizes(table int64, idx []int64) int64 {
@@ -111,6 +118,7 @@ func runSoak(ctx context.Context, e *env) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	start := time.Now()
 	var (
 		wg      sync.WaitGroup
 		deleted atomic.Int64
@@ -130,6 +138,7 @@ func runSoak(ctx context.Context, e *env) error {
 			case <-tick.C:
 			}
 			t0 := time.Now()
+			before := deleted.Load()
 			for runCtx.Err() == nil {
 				n, err := q.OutboxPurgeDone(runCtx, db.OutboxPurgeDoneParams{OlderThan: so.retain, Limit: purgeBatchCLI})
 				if err != nil {
@@ -145,6 +154,8 @@ func runSoak(ctx context.Context, e *env) error {
 			}
 			res.PurgeRuns++
 			res.PurgeTime += time.Since(t0)
+			res.Purges = append(res.Purges, soakPurge{At: t0.Sub(start), Took: time.Since(t0), Rows: deleted.Load() - before})
+			logf("soak purge at %s: %d rows in %s", t0.Sub(start).Round(time.Second), deleted.Load()-before, time.Since(t0).Round(time.Millisecond))
 		}
 	}()
 	// The sampler.
@@ -153,7 +164,6 @@ func runSoak(ctx context.Context, e *env) error {
 		return err
 	}
 	defer sconn.Close(context.WithoutCancel(ctx))
-	start := time.Now()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -175,7 +185,7 @@ func runSoak(ctx context.Context, e *env) error {
 			s.At = time.Since(start)
 			s.Deleted = deleted.Load()
 			s.Backlog = rec.committed.Load() - rec.published.Load()
-			s.P99 = recentP99(rec, s.At+rec.since(start)-soakSampleEvery, s.At+rec.since(start))
+			s.P99 = recentP99(rec, s.At+rec.since(start)-soakSampleEvery, s.At+rec.since(start), time.Duration(rec.now()))
 			res.Samples = append(res.Samples, s)
 			logf("soak %s: table %s, indexes %s, total %s, rows %d (dead %d), purged %d, autovacuums %d, backlog %d, p99 %s",
 				s.At.Round(time.Second), mib(s.TableBytes), mib(sumSizes(0, s.IndexBytes)), mib(s.TotalBytes), s.Rows, s.Dead,
@@ -266,16 +276,20 @@ func soakPlateau(ss []soakSample) (float64, bool) {
 	return g, g <= soakPlateauGrowth
 }
 
-func recentP99(rec *horizonRecorder, from, to time.Duration) time.Duration {
+// recentP99 is the p99 latency of the events committed in [from, to);
+// those not delivered yet count with their latency so far (now - commit).
+func recentP99(rec *horizonRecorder, from, to, now time.Duration) time.Duration {
 	var lat []time.Duration
 	for i := range rec.commitAt {
 		c := time.Duration(rec.commitAt[i].Load())
 		if c == 0 || c < from || c >= to {
 			continue
 		}
-		if p := time.Duration(rec.deliverAt[i].Load()); p != 0 {
-			lat = append(lat, max(p-c, 0))
+		p := time.Duration(rec.deliverAt[i].Load())
+		if p == 0 {
+			p = now
 		}
+		lat = append(lat, max(p-c, 0))
 	}
 	slices.Sort(lat)
 	return percentile(lat, 0.99)

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -98,5 +101,62 @@ func TestHorizonSummarize(t *testing.T) {
 	}
 	if len(h.Buckets) != 8 || h.Buckets[2].N != 2 || h.Buckets[2].Phase != "held" {
 		t.Errorf("buckets: %d, third %+v", len(h.Buckets), h.Buckets[2])
+	}
+}
+
+// TestHorizonReport renders sections 7-9 and their goal rows from a
+// synthetic run: every section and chart appears, the goal is judged.
+func TestHorizonReport(t *testing.T) {
+	sec := int64(time.Second)
+	mk := func(v horizonVariant, heldLat time.Duration) *horizonRun {
+		rec := newHorizonRecorder(40)
+		for i := 0; i < 40; i++ {
+			c := int64(i) * sec
+			lat := int64(10 * time.Millisecond)
+			if i >= 10 && i < 30 {
+				lat = int64(heldLat)
+			}
+			rec.commitAt[i].Store(c + 1)
+			rec.deliverAt[i].Store(c + 1 + lat)
+		}
+		h := &horizonRun{Variant: v, Rate: 2000, PerTx: 20, Baseline: 10 * time.Second, Hold: 20 * time.Second, After: 10 * time.Second,
+			IndexNames: []string{"outbox_pending"}, Samples: []horizonSample{{At: 5 * time.Second, IndexBytes: []int64{8192}}}}
+		h.summarize(rec, 0, 10*time.Second, 30*time.Second, 40*sec)
+		return h
+	}
+	r := &results{Started: time.Now(), Horizon: []*horizonRun{
+		mk(horizonVariants[0], 20*time.Millisecond), // 2x: met
+		mk(horizonVariants[1], time.Second),         // 100x: not met
+		mk(horizonVariants[3], 15*time.Millisecond), // River: no goal
+	}}
+	r.Soak = &soakResult{Duration: time.Minute, Rate: 2000, IndexNames: []string{"outbox_pending"},
+		Samples: []soakSample{{At: 30 * time.Second, IndexBytes: []int64{1}}, {At: time.Minute, IndexBytes: []int64{1}}}}
+	r.Retention = []retentionResult{{Name: "drain + purge", N: 10, PurgeBatch: 1000, DrainRate: 10, PurgeRate: 5}, {Name: "purge alone", N: 10, PurgeBatch: 10000, PurgeRate: 7}}
+	dir := t.TempDir()
+	if err := writeReport(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "BENCHMARKS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(b)
+	for _, want := range []string{
+		"## 7. Pinned horizon", "## 8. Bloat soak", "## 9. Does DELETE-based retention keep up",
+		"| Pinned horizon (a), held 20s at 2,000 events/s: pgoutbox, unordered, snapshot held | p99 ≤ 3× baseline, backlog < 2,000 (1 s) | 2.00×",
+		"| met |", "**not met**", "**Pinned horizon (section 7)**: with the long transaction open, (b) p99 1.00 s (100×)",
+		"River under the same snapshot", "docs/bench/horizon_pgoutbox.png", "docs/bench/horizon_river.png", "docs/bench/horizon_backlog.png",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "Pinned horizon (d)") {
+		t.Error("River got a goal row")
+	}
+	for _, f := range []string{"horizon_pgoutbox.png", "horizon_river.png", "horizon_backlog.png", "soak.png"} {
+		if _, err := os.Stat(filepath.Join(dir, chartDir, f)); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -88,7 +88,7 @@ func main() {
 	flag.StringVar(&o.try, "try", "", "development: drain 100,000 with this setup (batch=,conc=,fb=,fd=,disp=,pool=) -rounds times, then exit")
 	// Item "horizon" (horizon.go).
 	flag.DurationVar(&o.horizon.baseline, "horizon-baseline", horizonBaselineDefault, "horizon: baseline window before the long transaction")
-	flag.DurationVar(&o.horizon.hold, "horizon-hold", horizonHoldDefault, "horizon: how long the long transaction stays open (the issue's goal: 10m)")
+	flag.DurationVar(&o.horizon.hold, "horizon-hold", horizonHoldDefault, "horizon: how long the long transaction stays open (the issue's goal: 10m, the default with -full)")
 	flag.DurationVar(&o.horizon.after, "horizon-after", horizonAfterDefault, "horizon: window after the release")
 	flag.Float64Var(&o.horizon.rate, "horizon-rate", horizonRateDefault, "horizon: events/s offered, in 20-event transactions")
 	flag.StringVar(&o.horizon.variants, "horizon-variants", horizonVariantsDefault, "horizon: variants to run (unordered,ordered,writer,river,ordered-writer)")
@@ -106,6 +106,19 @@ func main() {
 			fatal(err)
 		}
 		return
+	}
+	if o.full { // the goal duration, unless given
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["horizon-hold"] {
+			o.horizon.hold = horizonHoldFull
+		}
+		if !set["horizon-baseline"] {
+			o.horizon.baseline = horizonBaselineFull
+		}
+		if !set["horizon-after"] {
+			o.horizon.after = horizonAfterFull
+		}
 	}
 	if o.rounds == 0 {
 		o.rounds = 3

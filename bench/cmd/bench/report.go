@@ -88,11 +88,17 @@ func (r *results) goals() []goal {
 // goalNotes explains the goals that were not met, from the run's own figures.
 func (r *results) goalNotes() []string {
 	var notes []string
+	horizonNoted := false
 	for _, g := range r.goals() {
 		if g.met {
 			continue
 		}
 		switch {
+		case strings.HasPrefix(g.name, "Pinned horizon"): // one note for every variant: horizon_report.go
+			if !horizonNoted {
+				notes = append(notes, r.horizonGoalNote())
+				horizonNoted = true
+			}
 		case strings.Contains(g.name, "1 event per transaction"):
 			if strings.Contains(g.name, "p99") && !strings.Contains(g.measured, "producers") {
 				notes = append(notes, "p99 with one event per transaction: see section 2; the dispatcher's own latency at 1,000 msg/s is the batched row.")
