@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -287,9 +288,21 @@ func (r *results) horizonCharts(dir string, m map[string]string) error {
 			}
 		}
 		series := []chart.Series{{Name: "total", X: x, Y: total}, {Name: "outbox", X: x, Y: tbl}}
-		for i, n := range s.IndexNames {
+		// The largest indexes at the end, as many as the palette has colours left.
+		order := make([]int, len(s.IndexNames))
+		for i := range order {
+			order[i] = i
+		}
+		last := func(i int) float64 {
+			if len(idx[i]) == 0 {
+				return 0
+			}
+			return idx[i][len(idx[i])-1]
+		}
+		sort.SliceStable(order, func(a, b int) bool { return last(order[a]) > last(order[b]) })
+		for _, i := range order {
 			if len(series) < len(chart.Palette) {
-				series = append(series, chart.Series{Name: n, X: x, Y: idx[i]})
+				series = append(series, chart.Series{Name: s.IndexNames[i], X: x, Y: idx[i]})
 			}
 		}
 		zero := 0.0
