@@ -211,7 +211,7 @@ func runHorizon(ctx context.Context, e *env) error {
 		if v.System == "River" {
 			sys, err = riverHorizonSystem(ctx, e)
 		} else {
-			sys, err = outboxHorizonSystem(ctx, e, v.Ordered)
+			sys, err = outboxHorizonSystem(ctx, e, v.Ordered, false)
 		}
 		if err != nil {
 			return err

@@ -141,7 +141,7 @@ func (r *results) writeHorizonSections(p func(string, ...any), charts map[string
 	if s := r.Soak; s != nil {
 		p("## 8. Bloat soak: retention on a schedule")
 		p("")
-		p("The relay of section 7 (%s) at %s events/s in %d-event transactions for %s, with retention as a cron job running `pgoutbox purge --older-than %s` every %s would do it: `OutboxPurgeDone` (at most %d rows a statement, each its own transaction) until it deletes nothing. Sampled every %s (*p99, last 30 s*: events committed in the 30 s before the sample, the undelivered ones counting with their wait so far). Autovacuum at the server's defaults; the migrations set no per-table storage parameters.",
+		p("One relay (%s) and the producers of section 7 at %s events/s in %d-event transactions for %s, with retention as a cron job running `pgoutbox purge --older-than %s` every %s would do it: `OutboxPurgeDone` (at most %d rows a statement, each its own transaction) until it deletes nothing. Sampled every %s (*p99, last 30 s*: events committed in the 30 s before the sample, the undelivered ones counting with their wait so far). Autovacuum at the server's defaults; the migrations set no per-table storage parameters.",
 			s.Settings, kfmt(s.Rate), horizonPerTx, s.Duration, s.Retain, s.PurgeEvery, purgeBatchCLI, soakSampleEvery)
 		p("")
 		p("- Committed %s (%s/s), delivered %s; p50 %s, p99 %s over the whole soak. Purged %s rows in %d runs, %s spent purging.",

@@ -47,6 +47,7 @@ type soakOptions struct {
 	duration, retain, purgeEvery time.Duration
 	rate                         float64
 	retentionN                   int
+	relay                        string // "default" (the zero Config) or "drain" (outboxSetup)
 }
 
 // soakSample is one 30 s sample.
@@ -95,7 +96,10 @@ func sumSizes(table int64, idx []int64) int64 {
 // runSoak is the opt-in "soak" item.
 func runSoak(ctx context.Context, e *env) error {
 	so := e.o.soak
-	sys, err := outboxHorizonSystem(ctx, e, false)
+	if so.relay != "default" && so.relay != "drain" {
+		return fmt.Errorf("-soak-relay: %q is neither default nor drain", so.relay)
+	}
+	sys, err := outboxHorizonSystem(ctx, e, false, so.relay == "drain")
 	if err != nil {
 		return err
 	}

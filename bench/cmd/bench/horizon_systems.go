@@ -56,7 +56,9 @@ func horizonOutboxConfig() dispatcher.Config {
 	return dispatcher.Config{Logger: quietLogger()}
 }
 
-func outboxHorizonSystem(ctx context.Context, e *env, ordered bool) (horizonSystem, error) {
+// outboxHorizonSystem is pgoutbox with the zero Config, or with tuned the
+// drain configuration (outboxSetup).
+func outboxHorizonSystem(ctx context.Context, e *env, ordered, tuned bool) (horizonSystem, error) {
 	sys := horizonSystem{table: "outbox", url: e.outboxURL}
 	cfg := horizonOutboxConfig()
 	dpoolCfg, err := pgxpool.ParseConfig(e.outboxURL)
@@ -68,6 +70,13 @@ func outboxHorizonSystem(ctx context.Context, e *env, ordered bool) (horizonSyst
 		dispatcher.PollIntervalDefault, cfg.Claim, dpoolCfg.MaxConns)
 	if ordered {
 		sys.settings += fmt.Sprintf("; events enqueued with Ordered: true, aggregate_id = seq mod %d", horizonAggregates)
+	}
+	if tuned {
+		ds := outboxSetup()
+		cfg = ds.cfg
+		cfg.Logger = quietLogger()
+		dpoolCfg.MaxConns = ds.poolConns
+		sys.settings = "one dispatcher in process, the drain configuration of section 1 (" + ds.String() + ")"
 	}
 	var ppool *pgxpool.Pool
 	sys.start = func(ctx context.Context, rec *horizonRecorder) (func(), error) {

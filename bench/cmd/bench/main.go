@@ -98,6 +98,7 @@ func main() {
 	flag.DurationVar(&o.soak.retain, "soak-retain", soakRetainDefault, "soak: purge done rows older than this")
 	flag.DurationVar(&o.soak.purgeEvery, "soak-purge-every", soakPurgeEveryDefault, "soak: how often the purge runs (until it deletes nothing)")
 	flag.IntVar(&o.soak.retentionN, "retention-n", retentionNDefault, "retention: rows drained at full speed while purging")
+	flag.StringVar(&o.soak.relay, "soak-relay", "default", "soak: the relay's configuration: default (the zero Config, as `pgoutbox run`) or drain (section 1's)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
