@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -141,8 +142,8 @@ func (r *results) writeHorizonSections(p func(string, ...any), charts map[string
 	if s := r.Soak; s != nil {
 		p("## 8. Bloat soak: retention on a schedule")
 		p("")
-		p("One relay (%s) and the producers of section 7 at %s events/s in %d-event transactions for %s, with retention as a cron job running `pgoutbox purge --older-than %s` every %s would do it: `OutboxPurgeDone` (at most %d rows a statement, each its own transaction) until it deletes nothing. Sampled every %s (*p99, last 30 s*: events committed in the 30 s before the sample, the undelivered ones counting with their wait so far). Autovacuum at the server's defaults; the migrations set no per-table storage parameters.",
-			s.Settings, kfmt(s.Rate), horizonPerTx, s.Duration, s.Retain, s.PurgeEvery, purgeBatchCLI, soakSampleEvery)
+		p("One relay (%s) and the producers of section 7 at %s events/s in %d-event transactions for %s, with retention as a cron job running `pgoutbox purge --older-than %s` every %s would do it: `OutboxPurgeDone` (at most %d rows a statement, each its own transaction) until it deletes nothing. Sampled every %s (*p99, last 30 s*: events committed in the 30 s before the sample, the undelivered ones counting with their wait so far). Autovacuum at the server's defaults; `outbox`'s own storage parameters: %s.",
+			s.Settings, kfmt(s.Rate), horizonPerTx, s.Duration, s.Retain, s.PurgeEvery, purgeBatchCLI, soakSampleEvery, cmp.Or(s.RelOptions, "none"))
 		p("")
 		p("- Committed %s (%s/s), delivered %s; p50 %s, p99 %s over the whole soak. Purged %s rows in %d runs, %s spent purging.",
 			kfmt(float64(s.Committed)), kfmt(s.Achieved), kfmt(float64(s.Published)), dur(s.P50), dur(s.P99), kfmt(float64(s.Deleted)), s.PurgeRuns, s.PurgeTime.Round(time.Millisecond))

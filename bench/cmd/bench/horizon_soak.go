@@ -78,6 +78,7 @@ type soakResult struct {
 	Growth                       float64 // relative growth of table + indexes over the second half
 	Plateau                      bool
 	Purges                       []soakPurge
+	RelOptions                   string // outbox's storage parameters (pg_class.reloptions), "" for none
 }
 
 // soakPurge is one scheduled purge run.
@@ -110,6 +111,9 @@ func runSoak(ctx context.Context, e *env) error {
 		return err
 	}
 	res.IndexNames = names
+	if err := e.outbox.QueryRow(ctx, "SELECT coalesce(array_to_string(reloptions, ', '), '') FROM pg_class WHERE oid = 'outbox'::regclass").Scan(&res.RelOptions); err != nil {
+		return err
+	}
 	txRate := so.rate / horizonPerTx
 	nTx := int(txRate * so.duration.Seconds())
 	rec := newHorizonRecorder(nTx * horizonPerTx)
