@@ -4,14 +4,16 @@
 // measures every item of the suite against it in one run, and writes
 // BENCHMARKS.md and PNG charts under docs/bench/ in -out.
 //
-//	cd bench && go run ./cmd/bench -out ..          # make bench (< 10 minutes)
+//	cd bench && go run ./cmd/bench -out ..          # make bench (about 15 minutes; the horizon item about 8 of them)
 //	cd bench && go run ./cmd/bench -out .. -full    # make bench-full
 //
 // Items: (1) drain throughput vs River, (2) sustained mode latency, (3) claim
 // cost vs retained done rows, (4) ordered mode and (4b) the producer cost of
 // ordered events, (5) the SQL ceiling through
 // pgbench, (6) peak RSS while draining 1,000,000 messages (a child process),
-// (7) the cost of tracing (tracing.go).
+// (7) the cost of tracing (tracing.go), (7-9) the pinned horizon: latency
+// while a long transaction holds the xmin horizon back (horizon.go). Opt-in, with -only: the bloat soak (soak) and
+// DELETE retention at the relay's top rate (retention), horizon_soak.go.
 package main
 
 import (
@@ -53,9 +55,20 @@ type options struct {
 	cpuprofile string
 	noReport   bool
 	try        string
+	horizon    horizonOptions // item "horizon" (horizon.go)
+	soak       soakOptions    // opt-in items "soak" and "retention" (horizon_soak.go)
 }
 
-func (o options) want(item string) bool { return len(o.only) == 0 || o.only[item] }
+func (o options) want(item string) bool {
+	if optInItems[item] {
+		return o.only[item]
+	}
+	return len(o.only) == 0 || o.only[item]
+}
+
+// optInItems run only when -only names them (they are long or answer a
+// one-off question): see horizon_soak.go.
+var optInItems = map[string]bool{"soak": true, "retention": true}
 
 func main() {
 	var (
@@ -68,11 +81,24 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing); default all")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon; opt-in: soak,retention); default all but the opt-in ones")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not write BENCHMARKS.md or charts")
 	flag.StringVar(&o.try, "try", "", "development: drain 100,000 with this setup (batch=,conc=,fb=,fd=,disp=,pool=) -rounds times, then exit")
+	// Item "horizon" (horizon.go).
+	flag.DurationVar(&o.horizon.baseline, "horizon-baseline", horizonBaselineDefault, "horizon: baseline window before the long transaction")
+	flag.DurationVar(&o.horizon.hold, "horizon-hold", horizonHoldDefault, "horizon: how long the long transaction stays open (the issue's goal: 10m, the default with -full)")
+	flag.DurationVar(&o.horizon.after, "horizon-after", horizonAfterDefault, "horizon: window after the release")
+	flag.Float64Var(&o.horizon.rate, "horizon-rate", horizonRateDefault, "horizon: events/s offered, in 20-event transactions")
+	flag.StringVar(&o.horizon.variants, "horizon-variants", horizonVariantsDefault, "horizon: variants to run (unordered,ordered,writer,river,ordered-writer)")
+	// Opt-in items "soak" and "retention" (horizon_soak.go).
+	flag.DurationVar(&o.soak.duration, "soak", soakDurationDefault, "soak: how long the bloat soak runs (item soak; the issue asks for 30m)")
+	flag.Float64Var(&o.soak.rate, "soak-rate", soakRateDefault, "soak: events/s offered, in 20-event transactions")
+	flag.DurationVar(&o.soak.retain, "soak-retain", soakRetainDefault, "soak: purge done rows older than this")
+	flag.DurationVar(&o.soak.purgeEvery, "soak-purge-every", soakPurgeEveryDefault, "soak: how often the purge runs (until it deletes nothing)")
+	flag.IntVar(&o.soak.retentionN, "retention-n", retentionNDefault, "retention: rows drained at full speed while purging")
+	flag.StringVar(&o.soak.relay, "soak-relay", "default", "soak: the relay's configuration: default (the zero Config, as `pgoutbox run`) or drain (section 1's)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
@@ -81,6 +107,19 @@ func main() {
 			fatal(err)
 		}
 		return
+	}
+	if o.full { // the issue's goal duration, unless given
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["horizon-hold"] {
+			o.horizon.hold = horizonHoldFull
+		}
+		if !set["horizon-baseline"] {
+			o.horizon.baseline = horizonBaselineFull
+		}
+		if !set["horizon-after"] {
+			o.horizon.after = horizonAfterFull
+		}
 	}
 	if o.rounds == 0 {
 		o.rounds = 3
@@ -191,6 +230,9 @@ func run(o options) error {
 		{"producers", runProducers},
 		{"rss", runRSS},
 		{"tracing", runTracing},
+		{"horizon", runHorizon},
+		{"soak", runSoak},
+		{"retention", runRetention},
 	}
 	for _, it := range items {
 		if !o.want(it.name) {

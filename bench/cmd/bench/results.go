@@ -85,6 +85,11 @@ type results struct {
 	// Item 7 (tracing.go).
 	TracingN int
 	Tracing  []tracingCase
+	// Item "horizon" (horizon.go) and the opt-in soak and retention
+	// measurements (horizon_soak.go).
+	Horizon   []*horizonRun
+	Soak      *soakResult
+	Retention []retentionResult
 }
 
 type setting struct{ Name, Value, Source string }
