@@ -35,6 +35,8 @@ type Stats struct {
 	Flushes       int64 // batched finalize statements
 	Isolations    int64 // claims that failed and fell back to the isolation path
 	Unreadable    int64 // messages sent to dead because their row could not be read
+	InFlight      int64 // claimed now and not yet finalized or handed back
+	ClaimSize     int64 // the current adaptive claim size (Config.BatchMin .. Config.Batch)
 
 	Queue QueueStats // last refresh of the monitoring gauges
 }
@@ -200,6 +202,7 @@ func (d *Dispatcher) Stats() Stats {
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
 		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(),
+		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),
 		Queue: m.queueStats(),
 	}
 }
