@@ -73,6 +73,7 @@ var outcomeNames = [numOutcomes]string{"published", "retried", "deferred", "dead
 type metrics struct {
 	outcomes                                                                                            [numOutcomes]atomic.Int64
 	outcomeAttrs                                                                                        [numOutcomes]metric.AddOption
+	publishAttrs                                                                                        [2]metric.RecordOption // ok=false, ok=true (built once: no allocation per publish)
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable atomic.Int64
 
 	mu    sync.Mutex
@@ -95,6 +96,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m := &metrics{}
 	for i, name := range outcomeNames {
 		m.outcomeAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", name)))
+	}
+	for i, ok := range []bool{false, true} {
+		m.publishAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.Bool("ok", ok)))
 	}
 	meter := mp.Meter(meterName)
 	var err error
@@ -180,7 +184,11 @@ func (m *metrics) add(o outcome, n int64) {
 }
 
 func (m *metrics) publishDuration(ctx context.Context, d time.Duration, ok bool) {
-	m.publishHist.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.Bool("ok", ok)))
+	i := 0
+	if ok {
+		i = 1
+	}
+	m.publishHist.Record(ctx, d.Seconds(), m.publishAttrs[i])
 }
 
 func (m *metrics) delivered(ctx context.Context, sinceCreated time.Duration) {
