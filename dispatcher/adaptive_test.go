@@ -3,7 +3,10 @@ package dispatcher_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -189,4 +192,73 @@ func (b *bundle) run(t *testing.T, d *dispatcher.Dispatcher) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// lockedBuffer is a log sink shared by the dispatcher's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A crashed owner's batch (claimed, never finalized) waits out its lease and
+// is then recovered by another dispatcher, which says so: a warning when it
+// starts recovering and one with the count when the pass ends.
+func TestAdaptive_CrashedOwnersBatchIsRecoveredAndCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 200
+	b.enqueueMany(t, n)
+	// The "crashed" owner: one claim of everything under a short lease, then
+	// nothing (as after SIGKILL).
+	// (The same row changes as OutboxClaim's, in plain SQL.)
+	tag, err := b.pool.Exec(context.Background(), `
+		UPDATE outbox SET status = 'processing', lease_owner = 'crashed', lease_until = now() + interval '300 milliseconds',
+		       lease_version = lease_version + 1, attempts = attempts + 1
+		 WHERE status = 'pending'`)
+	if err != nil || tag.RowsAffected() != n {
+		t.Fatalf("claim: %v, %v", tag, err)
+	}
+	var logs lockedBuffer
+	cfg := fast(dispatcher.Config{StatsInterval: -1,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	rec := newRecorder(nil)
+	d, _ := b.start(t, rec, cfg)
+	waitFor(t, 2*time.Minute, "the crashed owner's batch to be recovered", func() bool { return d.Stats().Published == n })
+	if s := d.Stats(); s.Recovered != n {
+		t.Errorf("Recovered = %d, want %d", s.Recovered, n)
+	}
+	if got := b.count(t, "status = 'done'"); got != n {
+		t.Fatalf("%d done, want %d", got, n)
+	}
+	waitFor(t, 30*time.Second, "the recovery pass to log its count", func() bool {
+		return strings.Contains(logs.String(), "recovered messages whose lease had expired")
+	})
+	out := logs.String()
+	if !strings.Contains(out, "recovering messages whose lease expired") {
+		t.Errorf("no warning when recovery started; logs:\n%s", out)
+	}
+	total := 0
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, "recovered messages whose lease had expired") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "count=")
+		c, _ := strconv.Atoi(strings.Fields(rest)[0])
+		total += c
+	}
+	if total != n {
+		t.Errorf("logged recovered counts add up to %d, want %d; logs:\n%s", total, n, out)
+	}
 }

@@ -182,6 +182,8 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 		d.metrics.add(outReaped, n)
 		d.log.Warn("reaped messages whose lease expired after max attempts", slog.Int64("count", n))
 	}
+	pass := d.newRecoveryPass()
+	defer pass.done()
 	for ctx.Err() == nil && !d.stopping.Load() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
@@ -203,6 +205,7 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 				continue
 			}
 			d.metrics.recovered.Add(1)
+			pass.add()
 			d.inFlight.Add(1)
 			d.runJob(hardCtx, j, sink, rel)
 		}
