@@ -9,6 +9,7 @@ require (
 	github.com/pgoutbox/pgoutbox v0.0.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
+	gonum.org/v1/plot v0.17.0
 )
 
 require (
@@ -43,5 +44,4 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
-	gonum.org/v1/plot v0.17.0 // indirect
 )

@@ -68,7 +68,7 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,idle,sweep,sustained,claim,ordered,producers,ceiling,rss); default all")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,crash); default all")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.StringVar(&o.memprofile, "memprofile", "", "development: with -try, write an allocation profile (pprof allocs) at the end to this file")
@@ -203,10 +203,14 @@ func run(o options) error {
 		{"ordered", runOrdered},
 		{"producers", runProducers},
 		{"rss", runRSS},
+		{"crash", runCrash},
 	}
 	for _, it := range items {
 		if !o.want(it.name) {
 			continue
+		}
+		if it.name == "crash" && !o.full && !o.only["crash"] {
+			continue // over a minute (the default lease): -full, or -only crash
 		}
 		t0 := time.Now()
 		logf("== %s", it.name)

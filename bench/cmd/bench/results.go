@@ -44,6 +44,7 @@ type results struct {
 	ZeroConfig  string
 	RelayConfig string
 	Idle        *idleResult
+	Crash       *crashResult
 
 	// Throughput sweeps (charts).
 	SweepN           int
