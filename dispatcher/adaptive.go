@@ -43,8 +43,22 @@ type adaptiveBatch struct {
 const rateWindow = 50 * time.Millisecond
 
 func newAdaptiveBatch(cfg Config, completions, pub *atomic.Int64, now time.Time) *adaptiveBatch {
+	// A message waits behind at most two claims' worth of work before its
+	// publish starts, and is handed back unpublished when less than
+	// PublishTimeout (HeartbeatInterval with a heartbeat) of its lease is
+	// left: keep two claims' work inside the rest of the lease, whatever
+	// BatchWork says (a short Lease, as in the chaos suite's 2 s, would
+	// otherwise turn large claims into hand-backs).
+	work := cfg.BatchWork
+	minRemaining := cfg.PublishTimeout
+	if cfg.HeartbeatInterval > 0 {
+		minRemaining = cfg.HeartbeatInterval
+	}
+	if room := (cfg.Lease - minRemaining) / 2; room > 0 && room < work {
+		work = room
+	}
 	a := &adaptiveBatch{
-		min: cfg.BatchMin, max: cfg.Batch, concurrency: cfg.Concurrency, work: cfg.BatchWork,
+		min: cfg.BatchMin, max: cfg.Batch, concurrency: cfg.Concurrency, work: work,
 		cur: cfg.BatchMin, pub: pub, completions: completions, sampledAt: now,
 	}
 	a.pub.Store(int64(a.cur))

@@ -89,6 +89,28 @@ func TestAdaptiveBatch_Rule(t *testing.T) {
 	}
 }
 
+// BatchWork is cut to half of what the lease leaves after PublishTimeout
+// (HeartbeatInterval with a heartbeat), so two claims' work fits the lease.
+func TestAdaptiveBatch_WorkFitsTheLease(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{BatchWork: time.Second, Lease: time.Minute, PublishTimeout: 10 * time.Second}, time.Second},
+		{Config{BatchWork: time.Second, Lease: 2 * time.Second, PublishTimeout: time.Second}, 500 * time.Millisecond},
+		{Config{BatchWork: time.Second, Lease: 2 * time.Second, PublishTimeout: 5 * time.Second, HeartbeatInterval: time.Second}, 500 * time.Millisecond},
+		{Config{BatchWork: time.Minute, Lease: time.Hour, PublishTimeout: time.Minute}, time.Minute},
+	}
+	for _, c := range cases {
+		c.cfg.BatchMin, c.cfg.Batch, c.cfg.Concurrency = 1, 10, 1
+		var x, y atomic.Int64
+		if got := newAdaptiveBatch(c.cfg, &x, &y, time.Now()).work; got != c.want {
+			t.Errorf("%+v: work %s, want %s", c.cfg, got, c.want)
+		}
+	}
+}
+
 func TestConfig_BatchDefaults(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

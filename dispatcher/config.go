@@ -130,7 +130,9 @@ type Config struct {
 	// 2 × BatchWork of work (at least BatchMin) rather than 2 × Batch
 	// messages. A message whose remaining lease is shorter than
 	// PublishTimeout when a worker gets to it is handed back instead of
-	// published. Defaults to BatchWorkDefault (1s).
+	// published; so the dispatcher also keeps two claims' work within half of
+	// what Lease leaves after PublishTimeout (HeartbeatInterval with a
+	// heartbeat), whatever BatchWork says. Defaults to BatchWorkDefault (1s).
 	BatchWork time.Duration
 
 	// Lease is how long a claim owns a message before another dispatcher may
