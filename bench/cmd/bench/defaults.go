@@ -266,3 +266,10 @@ func drainDefaultsRound(ctx context.Context, e *env, sys string, round, n int, s
 	logf("round %d %-8s %d messages in %s = %.0f msg/s", round, sys+":", n, elapsed.Round(time.Millisecond), rate)
 	return rate, nil
 }
+
+// cleanup removes the built relay binary.
+func (r *relayBinary) cleanup() {
+	if r.path != "" {
+		_ = os.RemoveAll(filepath.Dir(r.path))
+	}
+}

@@ -124,6 +124,7 @@ func run(o options) error {
 	started := time.Now()
 	ctx := context.Background()
 	res := &results{Started: started, Full: o.full, Rounds: o.rounds}
+	defer relayBin.cleanup()
 	e := &env{o: o, res: res}
 
 	if o.url == "" {
