@@ -120,6 +120,7 @@ func writeMetrics(w io.Writer, st *dispatcher.Stats, h *health, now time.Time) {
 		header(&b, "pgoutbox_queue_stats_age_seconds", "Seconds since the queue gauges were read from the database.", "gauge")
 		fmt.Fprintf(&b, "pgoutbox_queue_stats_age_seconds %s\n", formatFloat(now.Sub(q.At).Seconds()))
 	}
+	writeFlightGauges(&b, s)
 	ready, _ := h.ready()
 	header(&b, "pgoutbox_up", "Whether the last check of a dependency succeeded (1) or not (0).", "gauge")
 	for i := range numChecks {

@@ -268,13 +268,14 @@ func TestRun_MetricsAndHealthz(t *testing.T) {
 		`pgoutbox_up{dependency="database"}`:        1,
 		`pgoutbox_up{dependency="publisher"}`:       1,
 		"pgoutbox_ready":                            1,
+		"pgoutbox_messages_in_flight":               0,
 	} {
 		got, ok := samples[name]
 		if !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
 		}
 	}
-	for _, name := range []string{"pgoutbox_queue_oldest_age_seconds", "pgoutbox_queue_stats_age_seconds", "pgoutbox_messages_retried_total"} {
+	for _, name := range []string{"pgoutbox_queue_oldest_age_seconds", "pgoutbox_queue_stats_age_seconds", "pgoutbox_messages_retried_total", "pgoutbox_claim_size"} {
 		if _, ok := samples[name]; !ok {
 			t.Errorf("%s missing", name)
 		}
