@@ -38,7 +38,7 @@ func (r *results) writeDefaultsSetup(p func(string, ...any)) {
 	}
 	p("- **Defaults** (the same backlog, rounds and rotation, nothing tuned):")
 	p("  - *Config{}*: %s; timed like the pgoutbox column.", r.ZeroConfig)
-	p("  - *pgoutbox run*: one relay process, %s. Built from `cmd/pgoutbox` before the first round; timed from starting the process to the moment its `pgoutbox_messages_published_total` reached the backlog (read from `/metrics` every millisecond), so process start, connecting and the schema check count too.", r.RelayConfig)
+	p("  - *pgoutbox run*: one relay process, %s. Built from `cmd/pgoutbox` before the first round; timed from starting the process to the moment its `pgoutbox_messages_published_total` reached the backlog (read from `/metrics` every 2 ms over one kept-alive connection), so process start, connecting and the schema check count too.", r.RelayConfig)
 	p("  - *4 × pgoutbox run*: four such processes started together on the backlog, timed until their published counters add up to it.")
 	p("")
 }
