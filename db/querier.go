@@ -125,6 +125,65 @@ type Querier interface {
 	// 0 rows: no aggregate has a claimable head right now; it may be blocked by a
 	// dead head, or a head in flight or in backoff.
 	OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]OutboxClaimOrderedRow, error)
+	// Claims from a cursor (migration 00005). OutboxClaim scans outbox_pending
+	// from its start, and while any snapshot older than the rows it claimed is
+	// open, that start is a run of dead index entries that grows with every row
+	// processed: each claim pays for all of them. The claims here begin where
+	// the previous claim of the same dispatcher ended, so their cost follows
+	// the rows that arrived since, never the age of the oldest snapshot.
+	//
+	// The cursor, kept by the caller between claims (dispatcher/window.go):
+	// * @snapshot (a pg_snapshot as text, from OutboxClaimSnapshot): every
+	//   pending row whose txid is visible in it, and whose available_at is at or
+	//   before @due_after, has been handed out: claimed by somebody, or found
+	//   locked by a concurrent claim. A row is new to the cursor when its txid is
+	//   not visible in @snapshot: its transaction was still open then (the
+	//   snapshot's xip list) or began later (txid >= xmax).
+	// * @after_txid/@after_id: a keyset inside the fresh lane, so a window with
+	//   more rows than one batch is read forward, page by page.
+	// * @due_after: the database time of the snapshot; rows whose available_at
+	//   is later have come due since (or are not due yet).
+	// The caller advances the cursor to a new OutboxClaimSnapshot, taken just
+	// before the claim, whenever a claim returns fewer rows than @batch (the
+	// window is exhausted); otherwise it moves the keyset to the last fresh row.
+	// A snapshot taken before the claim is never newer than the claim's own, so
+	// nothing the claim could not see is ever counted as handed out.
+	// OutboxClaimSnapshot reads the cursor position for the next
+	// OutboxClaimWindow: the current txid snapshot and database time. Call it
+	// right before the claim (an earlier snapshot is safe, a later one is not).
+	// Lock strategy: none. Always one row.
+	OutboxClaimSnapshot(ctx context.Context) (OutboxClaimSnapshotRow, error)
+	// OutboxClaimWindow claims up to @batch unordered pending messages that are
+	// new to the cursor, in three lanes. Each lane reads at most @batch rows and
+	// is not read at all once the lanes before it filled the batch; the claim
+	// takes the first @batch in lane order:
+	// 1. open: rows of transactions that were still open at @snapshot (its xip
+	//    list): one index probe per listed transaction (a lateral join, so that
+	//    no plan can read the whole pending index instead). A long-open writer
+	//    stays on the list and costs one probe that finds nothing; its own rows
+	//    are claimed when it commits.
+	// 2. fresh: rows past the keyset (@after_txid, @after_id) and at or past the
+	//    snapshot's xmax, in (txid, id) order: transactions that began after the
+	//    cursor, oldest first. Within one transaction, id order.
+	// 3. due: rows whose available_at lies after created_at and after
+	//    @due_after, and has come: retries, defers, hand-backs, redrives and
+	//    scheduled events that came due since the cursor, by available_at.
+	// A row counted by an earlier lane is not counted again.
+	// First-come: among rows that became claimable in the same window, older
+	// transactions first, then insertion order; a row that comes due later is
+	// claimed after the window it comes due in. No starvation: every lane reads
+	// forward, and the cursor passes a row only once it was handed out.
+	// lane says which lane found the row ('open', 'fresh', 'due'); txid is the
+	// row's txid (for the keyset of the fresh lane).
+	// Lock strategy: FOR UPDATE SKIP LOCKED in each lane, then one UPDATE by
+	// primary key through id = ANY(ARRAY(...)), as in OutboxClaim. A row found
+	// locked by a concurrent claim is passed: that claim takes it. (Should that
+	// claim roll back, the row is pending again behind the cursor; the caller's
+	// periodic OutboxRequeuePassed returns it to the fresh lane.)
+	// Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
+	// 0 rows: nothing new is claimable since the cursor; with fewer rows than
+	// @batch the window is exhausted and the caller advances the cursor.
+	OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]OutboxClaimWindowRow, error)
 	// Monitoring: the seed's section 6, read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.
@@ -289,6 +348,22 @@ type Querier interface {
 	// the same reason).
 	// Returns the number of rows handed back; a missing row lost its lease.
 	OutboxReleaseMany(ctx context.Context, arg OutboxReleaseManyParams) (int64, error)
+	// OutboxRequeuePassed returns to the fresh lane the pending rows that a
+	// cursor has passed without handing them out: rows found locked by a
+	// concurrent claim that then rolled back (its dispatcher died inside the
+	// claim), or rows made claimable in a way the stamp trigger cannot see (a
+	// created_at set in the future by hand). It stamps them with the current
+	// transaction's id, so every cursor sees them as new. A dispatcher runs it
+	// now and then (Config.SweepInterval), with its cursor's @snapshot and
+	// @due_after; it normally changes nothing.
+	// This is the one query here that reads from the start of the pending rows,
+	// so it pays for the dead entries a long snapshot leaves behind; it runs
+	// apart from the claims, on the recovery lane, at most once per interval.
+	// Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
+	// claim's), then UPDATE by primary key.
+	// Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
+	// Rows affected: rows stamped; 0 is the normal case.
+	OutboxRequeuePassed(ctx context.Context, arg OutboxRequeuePassedParams) (int64, error)
 	// OutboxReschedule puts a message back to pending at now() + @delay: a
 	// retryable failure (attempt spent) or a business defer (@refund_attempt gives
 	// the attempt back, since a defer is not a failure). @error is kept in

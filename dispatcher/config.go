@@ -43,6 +43,7 @@ const (
 	ListenPingDefault         = 10 * time.Second
 	ReapGraceDefault          = 30 * time.Second
 	ShutdownFlushDefault      = 5 * time.Second
+	SweepIntervalDefault      = 30 * time.Second
 )
 
 // Upper bounds of the integer settings that are narrowed to int32 (SQL
@@ -228,6 +229,16 @@ type Config struct {
 	// some). Defaults to 1s.
 	ReapInterval time.Duration
 
+	// SweepInterval is how often the recovery lane runs OutboxRequeuePassed:
+	// unordered claims start from a cursor (queries/window.sql) and pass rows
+	// that a concurrent claim held; should that claim roll back (its process
+	// died inside the claim), the sweep puts such rows back in front of the
+	// cursor. It is the one statement that reads the pending rows from their
+	// start, so under a long-held snapshot it costs what every claim used to
+	// cost, once per interval, off the claim path. It bounds how late such a
+	// row can be. Defaults to 30s.
+	SweepInterval time.Duration
+
 	// ReapGrace is how long after a lease expired, with every attempt
 	// spent, the reap waits before it sends the message to dead. An expired
 	// lease does not prove a crash: the owner may have delivered the message
@@ -308,6 +319,7 @@ func (c Config) withDefaults() Config {
 	c.FinalizeDelay = cmp.Or(c.FinalizeDelay, FinalizeDelayDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
+	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
 	c.ReapGrace = cmp.Or(c.ReapGrace, ReapGraceDefault)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
@@ -377,6 +389,8 @@ func (c Config) validate() error {
 		return bad("ShutdownTimeout must be positive, got %s", c.ShutdownTimeout)
 	case c.ReapInterval < 0:
 		return bad("ReapInterval must be positive, got %s", c.ReapInterval)
+	case c.SweepInterval < 0:
+		return bad("SweepInterval must be positive, got %s", c.SweepInterval)
 	case c.UnclassifiedErrors < UnclassifiedAsCrash || c.UnclassifiedErrors > UnclassifiedAsPermanent:
 		return bad("UnclassifiedErrors has unknown value %d", c.UnclassifiedErrors)
 	case c.Claim < ClaimAll || c.Claim > ClaimOrderedOnly:

@@ -35,6 +35,7 @@ type Dispatcher struct {
 	epoch       time.Time     // monotonic base of hotUntil
 	hotUntil    atomic.Int64  // end of the wake window, as time since epoch
 	stopping    atomic.Bool   // Run's context ended: start nothing new
+	window      windowState   // where the next unordered claim begins (window.go)
 
 	running atomic.Bool
 }
@@ -318,26 +319,6 @@ func (d *Dispatcher) dbError(ctx context.Context, op string, err error, failures
 	case <-ctx.Done():
 	}
 	return true
-}
-
-func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job) (int, error) {
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-	defer cancel()
-	rows, err := d.q.OutboxClaim(cctx, db.OutboxClaimParams{
-		Owner: d.cfg.Owner, Batch: int32(n), Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
-		RecoverExpired: false,
-	})
-	if err != nil {
-		return 0, err
-	}
-	deadline := start.Add(d.cfg.Lease)
-	d.metrics.claimed(ctx, len(rows))
-	for _, r := range rows {
-		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, r.Attempts, deadline, r.AggregateType, r.AggregateID,
-			r.EventType, r.Payload, r.Headers, r.CreatedAt, false))
-	}
-	return len(rows), nil
 }
 
 func (d *Dispatcher) claimOrdered(ctx context.Context, n int, cursor *string, jobs chan<- *job) (int, error) {

@@ -182,6 +182,9 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 		d.metrics.add(outReaped, n)
 		d.log.Warn("reaped messages whose lease expired after max attempts", slog.Int64("count", n))
 	}
+	if err := d.sweepBehindCursor(ctx); err != nil {
+		return fmt.Errorf("requeue passed: %w", err)
+	}
 	pass := d.newRecoveryPass()
 	defer pass.done()
 	for ctx.Err() == nil && !d.stopping.Load() {

@@ -35,6 +35,7 @@ type Stats struct {
 	Flushes       int64 // batched finalize statements
 	Isolations    int64 // claims that failed and fell back to the isolation path
 	Unreadable    int64 // messages sent to dead because their row could not be read
+	Requeued      int64 // pending messages the claim cursor had passed, returned to it by the sweep (normally 0)
 	InFlight      int64 // claimed now and not yet finalized or handed back
 	ClaimSize     int64 // the current adaptive claim size (Config.BatchMin .. Config.Batch)
 
@@ -71,10 +72,10 @@ var outcomeNames = [numOutcomes]string{"published", "retried", "deferred", "dead
 	"released", "near_expiry", "panic", "unclassified", "reaped"}
 
 type metrics struct {
-	outcomes                                                                                            [numOutcomes]atomic.Int64
-	outcomeAttrs                                                                                        [numOutcomes]metric.AddOption
-	publishAttrs                                                                                        [2]metric.RecordOption // ok=false, ok=true (built once: no allocation per publish)
-	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable atomic.Int64
+	outcomes                                                                                                      [numOutcomes]atomic.Int64
+	outcomeAttrs                                                                                                  [numOutcomes]metric.AddOption
+	publishAttrs                                                                                                  [2]metric.RecordOption // ok=false, ok=true (built once: no allocation per publish)
+	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable, requeued atomic.Int64
 
 	mu    sync.Mutex
 	queue QueueStats
@@ -209,7 +210,7 @@ func (d *Dispatcher) Stats() Stats {
 		Released: m.outcomes[outReleased].Load(), NearExpiry: m.outcomes[outNearExpiry].Load(), Panics: m.outcomes[outPanic].Load(),
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
-		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(),
+		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(),
 		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),
 		Queue: m.queueStats(),
 	}

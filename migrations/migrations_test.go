@@ -154,7 +154,7 @@ func TestMigrations_CommitOrderBackfillKeepsRelativeOrder(t *testing.T) {
 	}
 
 	// Down restores 00003's schema; new rows get xids again; Up again.
-	if _, err := m.Down(ctx); err != nil {
+	if _, err := m.DownTo(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
 	var restored bool

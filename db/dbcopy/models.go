@@ -11,21 +11,22 @@ import (
 )
 
 type Outbox struct {
-	ID            int64       `json:"id"`
-	AggregateType string      `json:"aggregate_type"`
-	AggregateID   string      `json:"aggregate_id"`
-	EventType     string      `json:"event_type"`
-	Payload       []byte      `json:"payload"`
-	CreatedAt     time.Time   `json:"created_at"`
-	Status        string      `json:"status"`
-	AvailableAt   time.Time   `json:"available_at"`
-	Attempts      int32       `json:"attempts"`
-	LeaseOwner    *string     `json:"lease_owner"`
-	LeaseUntil    *time.Time  `json:"lease_until"`
-	LeaseVersion  int64       `json:"lease_version"`
-	LastError     *string     `json:"last_error"`
-	DoneAt        *time.Time  `json:"done_at"`
-	Headers       []byte      `json:"headers"`
-	Ordered       bool        `json:"ordered"`
-	Seq           pgtype.Int8 `json:"seq"`
+	ID            int64         `json:"id"`
+	AggregateType string        `json:"aggregate_type"`
+	AggregateID   string        `json:"aggregate_id"`
+	EventType     string        `json:"event_type"`
+	Payload       []byte        `json:"payload"`
+	CreatedAt     time.Time     `json:"created_at"`
+	Status        string        `json:"status"`
+	AvailableAt   time.Time     `json:"available_at"`
+	Attempts      int32         `json:"attempts"`
+	LeaseOwner    *string       `json:"lease_owner"`
+	LeaseUntil    *time.Time    `json:"lease_until"`
+	LeaseVersion  int64         `json:"lease_version"`
+	LastError     *string       `json:"last_error"`
+	DoneAt        *time.Time    `json:"done_at"`
+	Headers       []byte        `json:"headers"`
+	Ordered       bool          `json:"ordered"`
+	Seq           pgtype.Int8   `json:"seq"`
+	Txid          pgtype.Uint64 `json:"txid"`
 }

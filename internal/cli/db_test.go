@@ -111,7 +111,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 
 	r := call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 0 (this build: 4, 4 pending: run `pgoutbox migrate up`)")
+	mustContain(t, r, "stdout", "version: 0 (this build: 5, 5 pending: run `pgoutbox migrate up`)")
 	mustContain(t, r, "stdout", "pending  -           00001_outbox.sql")
 	mustContain(t, r, "stdout", "pending  -           00002_outbox_notify.sql")
 	mustContain(t, r, "stdout", "pending  -           00003_outbox_notify_throttle.sql")
@@ -123,25 +123,34 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	mustContain(t, r, "stdout", "applied  00002_outbox_notify.sql")
 	mustContain(t, r, "stdout", "applied  00003_outbox_notify_throttle.sql")
 	mustContain(t, r, "stdout", "applied  00004_outbox_commit_order.sql")
-	mustContain(t, r, "stdout", "schema at version 4")
-	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_commit_order:row:outbox_commit_order,outbox_notify:row:outbox_notify_throttled" {
-		t.Errorf("triggers at version 4: %q", got)
+	mustContain(t, r, "stdout", "applied  00005_outbox_claim_window.sql")
+	mustContain(t, r, "stdout", "schema at version 5")
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_notify:row:outbox_notify_throttled" {
+		t.Errorf("triggers at version 5: %q", got)
 	}
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "already up to date: version 4")
+	mustContain(t, r, "stdout", "already up to date: version 5")
 
 	r = call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 4 (this build: 4, up to date)")
-	if n := strings.Count(r.stdout, "applied  20"); n != 4 {
-		t.Errorf("want 4 applied rows with a date, got %d\n%s", n, r)
+	mustContain(t, r, "stdout", "version: 5 (this build: 5, up to date)")
+	if n := strings.Count(r.stdout, "applied  20"); n != 5 {
+		t.Errorf("want 5 applied rows with a date, got %d\n%s", n, r)
 	}
 
 	// The schema works now.
 	r = call(t, invocation{env: env}, "stats")
 	wantCode(t, r, ExitOK)
+
+	r = call(t, invocation{env: env}, "migrate", "down")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "rolled back  00005_outbox_claim_window.sql")
+	mustContain(t, r, "stdout", "schema at version 4")
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_commit_order:row:outbox_commit_order,outbox_notify:row:outbox_notify_throttled" {
+		t.Errorf("triggers after rolling back 00005: %q", got)
+	}
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)
@@ -163,8 +172,8 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	r = call(t, invocation{env: env}, "stats")
 	wantCode(t, r, ExitFailure)
 	// The table check comes first: at version 2 the table lacks 00004's
-	// column, and the message says what to run.
-	mustContain(t, r, "stderr", "lacks the columns seq: apply the newer pgoutbox migrations (pgoutbox migrate up")
+	// and 00005's columns, and the message says what to run.
+	mustContain(t, r, "stderr", "lacks the columns seq, txid: apply the newer pgoutbox migrations (pgoutbox migrate up")
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)

@@ -240,7 +240,7 @@ func applyGoose(t *testing.T, dir, versionTable, table string) {
 	t.Helper()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(ctx, "DROP TABLE outbox CASCADE; DROP TABLE "+migrations.VersionTable+"; DROP FUNCTION IF EXISTS outbox_notify(), outbox_notify_throttled(), outbox_commit_order()"); err != nil {
+	if _, err := pool.Exec(ctx, "DROP TABLE outbox CASCADE; DROP TABLE "+migrations.VersionTable+"; DROP FUNCTION IF EXISTS outbox_notify(), outbox_notify_throttled(), outbox_commit_order(), outbox_claimable_stamp()"); err != nil {
 		t.Fatal(err)
 	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
