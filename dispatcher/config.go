@@ -15,10 +15,13 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 )
 
-// Defaults. The seed's values where it gives them (batch 50, lease 60 s,
-// max attempts 12, backoff 1 s .. 300 s).
+// Defaults. The seed's values where it gives them (lease 60 s, max attempts
+// 12, backoff 1 s .. 300 s; the seed's batch of 50 is BatchMinDefault, where
+// the adaptive claim size starts and returns to when the queue is quiet).
 const (
-	BatchDefault              = 50
+	BatchDefault              = 1000
+	BatchMinDefault           = 50
+	BatchWorkDefault          = time.Second
 	LeaseDefault              = 60 * time.Second
 	MaxAttemptsDefault        = 12
 	ConcurrencyDefault        = 16
@@ -28,7 +31,7 @@ const (
 	BackoffBaseDefault        = time.Second
 	BackoffCapDefault         = 300 * time.Second
 	MaxDeferAgeDefault        = 7 * 24 * time.Hour
-	FinalizeBatchDefault      = 500
+	FinalizeBatchDefault      = 2 * BatchDefault
 	FinalizeDelayDefault      = 2 * time.Millisecond
 	ShutdownTimeoutDefault    = 10 * time.Second
 	ReapIntervalDefault       = time.Second
@@ -114,12 +117,32 @@ type Config struct {
 	// Defaults to "host-pid".
 	Owner string
 
-	// Batch is the most messages one claim takes. Keep
-	// Batch × (time to publish one message) / Concurrency well below Lease:
-	// a message whose remaining lease is shorter than PublishTimeout when a
-	// worker gets to it is handed back instead of published.
-	// Defaults to BatchDefault (50).
+	// Batch is the most messages one claim takes. The claim size adapts
+	// between BatchMin and Batch (see BatchMin); at most
+	// max(2 × size, size + Concurrency) messages are in flight at once.
+	// Defaults to BatchDefault (1000).
 	Batch int
+
+	// BatchMin is the claim size the dispatcher starts from and returns to
+	// when the queue is quiet. While claims come back full (a backlog) each
+	// claim doubles the next, up to Batch; a claim that comes back less than
+	// half full halves it, down to BatchMin. BatchMin equal to Batch turns
+	// the adaptation off (a fixed claim size, as before).
+	// Defaults to BatchMinDefault (50), or Batch when that is smaller.
+	BatchMin int
+
+	// BatchWork bounds an adaptive claim by time rather than by count: the
+	// claim size never exceeds what this dispatcher finished in BatchWork at
+	// the rate it measured over its recent claims. A slow publisher therefore
+	// keeps claims small (a message waits at most about 2 × BatchWork in
+	// flight before its publish starts), and a crash strands about
+	// 2 × BatchWork of work (at least BatchMin) rather than 2 × Batch
+	// messages. A message whose remaining lease is shorter than
+	// PublishTimeout when a worker gets to it is handed back instead of
+	// published; so the dispatcher also keeps two claims' work within half of
+	// what Lease leaves after PublishTimeout (HeartbeatInterval with a
+	// heartbeat), whatever BatchWork says. Defaults to BatchWorkDefault (1s).
+	BatchWork time.Duration
 
 	// Lease is how long a claim owns a message before another dispatcher may
 	// take it over. Defaults to LeaseDefault (60s).
@@ -200,7 +223,7 @@ type Config struct {
 	// publishes are written with one OutboxMarkDoneMany when FinalizeBatch
 	// are waiting or FinalizeDelay after the first one, whichever comes
 	// first. Each row stays fenced by its own lease_version.
-	// Default to 500 and 2ms.
+	// Default to FinalizeBatchDefault (2 × BatchDefault = 2000) and 2ms.
 	FinalizeBatch int
 	FinalizeDelay time.Duration
 
@@ -314,6 +337,8 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Batch = cmp.Or(c.Batch, BatchDefault)
+	c.BatchMin = cmp.Or(c.BatchMin, min(BatchMinDefault, c.Batch))
+	c.BatchWork = cmp.Or(c.BatchWork, BatchWorkDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
@@ -357,6 +382,10 @@ func (c Config) validate() error {
 	switch {
 	case c.Batch < 1 || c.Batch > maxBatch:
 		return bad("Batch must be between 1 and %d, got %d", maxBatch, c.Batch)
+	case c.BatchMin < 1 || c.BatchMin > c.Batch:
+		return bad("BatchMin must be between 1 and Batch (%d), got %d", c.Batch, c.BatchMin)
+	case c.BatchWork < 0:
+		return bad("BatchWork must be positive, got %s", c.BatchWork)
 	case c.Lease < 10*time.Millisecond:
 		return bad("Lease must be at least 10ms, got %s", c.Lease)
 	case c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit:

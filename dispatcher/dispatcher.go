@@ -31,6 +31,8 @@ type Dispatcher struct {
 
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
+	completions atomic.Int64  // messages that left flight (adaptive claim size)
+	claimSize   atomic.Int64  // current unordered claim size (Stats)
 	freed       chan struct{} // signals the claimer that slots were freed
 	wake        chan struct{} // NOTIFY wake-ups, coalesced
 	epoch       time.Time     // monotonic base of hotUntil
@@ -111,7 +113,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return errors.New("outbox: Run called twice on one Dispatcher")
 	}
-	d.log.Debug("dispatcher starting", slog.Int("batch", d.cfg.Batch), slog.Duration("lease", d.cfg.Lease),
+	d.log.Debug("dispatcher starting", slog.Int("batch", d.cfg.Batch), slog.Int("batch_min", d.cfg.BatchMin), slog.Duration("lease", d.cfg.Lease),
 		slog.Int("concurrency", d.cfg.Concurrency), slog.String("claim", d.cfg.Claim.String()))
 
 	// Publishes outlive ctx during shutdown; hardCancel ends them. The
@@ -232,11 +234,13 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		hotSeen      int64         // the wake window hotStep belongs to
 		hotStep      time.Duration // next idle wait inside the wake window
 	)
+	sizes := d.newClaimSizes()
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
 	for ctx.Err() == nil {
-		free := d.maxInFlight - int(d.inFlight.Load())
-		if free < min(d.cfg.Batch, d.maxInFlight/2) {
+		limit := sizes.limit()
+		free := limit - int(d.inFlight.Load())
+		if free < min(sizes.size(), limit/2) {
 			select {
 			case <-d.freed:
 			case <-ctx.Done():
@@ -255,7 +259,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 			if d.cfg.Claim != ClaimAll && d.cfg.Claim != kind {
 				continue
 			}
-			n := min(d.cfg.Batch, d.maxInFlight-int(d.inFlight.Load()))
+			n := min(sizes.of(kind).size(), limit-int(d.inFlight.Load()))
 			if n <= 0 {
 				break
 			}
@@ -278,6 +282,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 				failed = d.dbError(ctx, "claim", err, &dbFailures)
 				break
 			}
+			sizes.of(kind).observe(n, got, time.Now())
 			claimed += got
 		}
 		if failed {
@@ -373,6 +378,7 @@ func (d *Dispatcher) newJob(id, leaseVersion int64, leaseOwner string, attempts 
 // release frees n in-flight slots and wakes the claimer.
 func (d *Dispatcher) release(n int) {
 	d.inFlight.Add(-int64(n))
+	d.completions.Add(int64(n))
 	select {
 	case d.freed <- struct{}{}:
 	default:

@@ -190,6 +190,8 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 	if err := d.sweepBehindCursor(ctx, hardCtx, sink, rel); err != nil {
 		return err
 	}
+	pass := d.newRecoveryPass()
+	defer pass.done()
 	for ctx.Err() == nil && !d.stopping.Load() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
@@ -212,6 +214,7 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 				continue
 			}
 			d.metrics.recovered.Add(1)
+			pass.add()
 			d.inFlight.Add(1)
 			d.runJob(hardCtx, j, sink, rel)
 		}

@@ -36,6 +36,8 @@ type Stats struct {
 	Isolations    int64 // claims that failed and fell back to the isolation path
 	Unreadable    int64 // messages sent to dead because their row could not be read
 	Requeued      int64 // pending messages the claim cursor had passed, recovered by the sweep, and heads repaired (normally 0)
+	InFlight      int64 // claimed now and not yet finalized or handed back
+	ClaimSize     int64 // the current adaptive claim size (Config.BatchMin .. Config.Batch)
 
 	Queue QueueStats // last refresh of the monitoring gauges
 }
@@ -72,6 +74,7 @@ var outcomeNames = [numOutcomes]string{"published", "retried", "deferred", "dead
 type metrics struct {
 	outcomes                                                                                                      [numOutcomes]atomic.Int64
 	outcomeAttrs                                                                                                  [numOutcomes]metric.AddOption
+	publishAttrs                                                                                                  [2]metric.RecordOption // ok=false, ok=true (built once: no allocation per publish)
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable, requeued atomic.Int64
 
 	mu    sync.Mutex
@@ -99,6 +102,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m := &metrics{}
 	for i, name := range outcomeNames {
 		m.outcomeAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", name)))
+	}
+	for i, ok := range []bool{false, true} {
+		m.publishAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.Bool("ok", ok)))
 	}
 	meter := mp.Meter(meterName)
 	var err error
@@ -185,7 +191,11 @@ func (m *metrics) add(o outcome, n int64) {
 }
 
 func (m *metrics) publishDuration(ctx context.Context, d time.Duration, ok bool) {
-	m.publishHist.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.Bool("ok", ok)))
+	i := 0
+	if ok {
+		i = 1
+	}
+	m.publishHist.Record(ctx, d.Seconds(), m.publishAttrs[i])
 }
 
 func (m *metrics) delivered(ctx context.Context, sinceCreated time.Duration) {
@@ -207,6 +217,7 @@ func (d *Dispatcher) Stats() Stats {
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
 		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(),
+		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),
 		Queue: m.queueStats(),
 	}
 }

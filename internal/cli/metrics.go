@@ -125,7 +125,17 @@ func observeRelay(meter metric.Meter, disp *atomic.Pointer[dispatcher.Dispatcher
 	if err != nil {
 		return err
 	}
-	insts = append(insts, queue, statsAge, up, ready)
+	inFlight, err := meter.Int64ObservableGauge("pgoutbox_messages_in_flight",
+		metric.WithDescription("Messages claimed by this process and not yet finalized or handed back (what a crash would leave to lease expiry)."))
+	if err != nil {
+		return err
+	}
+	claimSize, err := meter.Int64ObservableGauge("pgoutbox_claim_size",
+		metric.WithDescription("The current adaptive claim size (between --batch-min and --batch)."))
+	if err != nil {
+		return err
+	}
+	insts = append(insts, queue, statsAge, up, ready, inFlight, claimSize)
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		var s dispatcher.Stats
 		if d := disp.Load(); d != nil {
@@ -134,6 +144,8 @@ func observeRelay(meter metric.Meter, disp *atomic.Pointer[dispatcher.Dispatcher
 		for i, c := range counters {
 			o.ObserveInt64(ctrs[i], c.value(&s))
 		}
+		o.ObserveInt64(inFlight, s.InFlight)
+		o.ObserveInt64(claimSize, s.ClaimSize)
 		if q := s.Queue; !q.At.IsZero() {
 			for status, n := range q.ByStatus {
 				o.ObserveInt64(queue, n, metric.WithAttributes(attribute.String("status", status)))

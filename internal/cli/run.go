@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -145,7 +146,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	ceSource := f.String("ce-source", "", "CloudEvents source attribute; with the outbox id it forms the idempotency key consumers deduplicate on (default: pgoutbox://HOST:PORT/DATABASE/public.outbox from the database URL; give every relay of one outbox the same value)")
 
 	owner := f.String("owner", "", "relay name; each claim writes lease_owner = owner/run-id.claim-number (default: host-pid)")
-	batch := f.int64("batch", dispatcher.BatchDefault, "most messages per claim (1-10000)")
+	batch := f.int64("batch", dispatcher.BatchDefault, "most messages per claim (1-10000); the claim size adapts between --batch-min and this")
+	batchMin := f.int64("batch-min", 0, fmt.Sprintf("claim size used on a quiet queue, doubled per full claim up to --batch (default %d, or --batch when smaller; equal to --batch: a fixed claim size)", dispatcher.BatchMinDefault))
+	batchWork := f.duration("batch-work", dispatcher.BatchWorkDefault, "most publishing work one claim takes at the measured rate (bounds what is in flight with a slow publisher, and what a crash strands)")
 	lease := f.duration("lease", dispatcher.LeaseDefault, "how long a claim owns a message before another dispatcher may take it over")
 	maxAttempts := f.int64("max-attempts", dispatcher.MaxAttemptsDefault, "claims after which a failing message goes to dead")
 	concurrency := f.int64("concurrency", dispatcher.ConcurrencyDefault, "publishes in flight at once")
@@ -199,6 +202,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	checks := []error{
 		f.checkRange("batch", *batch, 1, 10000),
 		f.checkRange("max-attempts", *maxAttempts, 1, math.MaxInt32),
+		f.checkPositive("batch-work", *batchWork),
 		f.checkRange("concurrency", *concurrency, 1, 100000),
 		f.checkPositive("lease", *lease),
 		f.checkPositive("publish-timeout", *publishTimeout),
@@ -230,6 +234,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		return f.usageError("--publish-timeout (%s) must be shorter than --lease (%s), or set --heartbeat (at most half of --lease)", *publishTimeout, *lease)
 	case *heartbeat > *lease/2:
 		return f.usageError("--heartbeat (%s) must be at most half of --lease (%s)", *heartbeat, *lease)
+	case f.visited("batch-min") && (*batchMin < 1 || *batchMin > *batch):
+		return f.usageError("--batch-min must be between 1 and --batch (%d), got %d", *batch, *batchMin)
 	case *wakeWindow < 10*time.Millisecond:
 		return f.usageError("--wake-window must be at least 10ms, got %s", *wakeWindow)
 	}
@@ -240,6 +246,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	cfg := dispatcher.Config{
 		Owner:             *owner,
 		Batch:             int(*batch),
+		BatchMin:          int(*batchMin),
+		BatchWork:         *batchWork,
 		Lease:             *lease,
 		MaxAttempts:       int(*maxAttempts),
 		Concurrency:       int(*concurrency),
@@ -611,6 +619,8 @@ func (a *app) startupAttrs(rc runConfig, d *database) []any {
 		slog.String("database", d.redacted),
 		slog.String("claim", c.Claim.String()),
 		slog.Int("batch", c.Batch),
+		slog.Int("batch_min", cmp.Or(c.BatchMin, min(dispatcher.BatchMinDefault, c.Batch))),
+		slog.Duration("batch_work", c.BatchWork),
 		slog.Duration("lease", c.Lease),
 		slog.Int("max_attempts", c.MaxAttempts),
 		slog.Int("concurrency", c.Concurrency),

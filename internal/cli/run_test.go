@@ -274,6 +274,7 @@ func TestRun_MetricsAndHealthz(t *testing.T) {
 		`pgoutbox_up{dependency="database"}`:        1,
 		`pgoutbox_up{dependency="publisher"}`:       1,
 		"pgoutbox_ready":                            1,
+		"pgoutbox_messages_in_flight":               0,
 	} {
 		got, ok := samples[name]
 		if !ok || got != want {
@@ -292,7 +293,7 @@ func TestRun_MetricsAndHealthz(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"pgoutbox_queue_oldest_age_seconds", "pgoutbox_queue_stats_age_seconds", "pgoutbox_messages_retried_total",
-		"pgoutbox_finalize_batch_size_count", `pgoutbox_queue_depth{status="done"}`} {
+		"pgoutbox_finalize_batch_size_count", `pgoutbox_queue_depth{status="done"}`, "pgoutbox_claim_size", "pgoutbox_messages_in_flight"} {
 		if _, ok := samples[name]; !ok {
 			t.Errorf("%s missing", name)
 		}

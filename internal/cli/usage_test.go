@@ -68,6 +68,8 @@ func TestUsage_BadFlagValuesSayWhichFlagAndWhatIsExpected(t *testing.T) {
 		want string
 	}{
 		{"batch zero", "run --publisher stdout --batch 0", "--batch must be between 1 and 10000, got 0"},
+		{"batch-min above batch", "run --publisher stdout --batch 10 --batch-min 20", "--batch-min must be between 1 and --batch (10), got 20"},
+		{"batch-work zero", "run --publisher stdout --batch-work 0s", "--batch-work"},
 		{"batch not a number", "run --publisher stdout --batch many", `invalid value "many" for flag --batch: expected a whole number`},
 		{"duration without unit", "run --publisher stdout --lease 5", `invalid value "5" for flag --lease: missing unit: expected a Go duration such as 200ms, 3s or 1m`},
 		{"negative duration", "run --publisher stdout --lease -1s", "--lease must be a positive duration (such as 200ms, 3s, 1m), got -1s"},

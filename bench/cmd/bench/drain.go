@@ -207,7 +207,7 @@ func runDrain(ctx context.Context, e *env) error {
 	e.res.CeilingRoundRows = 200_000
 	// One warm-up round each (not counted): page cache, plan caches. The
 	// order of the three systems rotates from round to round.
-	systems := []string{"river", "outbox", "ceiling"}
+	systems := []string{"river", "outbox", "ceiling", "zero", "relay", "relay4"}
 	for round := -1; round < e.o.rounds; round++ {
 		k := (round + 1) % len(systems)
 		order := append(append([]string(nil), systems[k:]...), systems[:k]...)
@@ -226,6 +226,14 @@ func runDrain(ctx context.Context, e *env) error {
 				}
 				if round >= 0 {
 					e.res.CeilingRounds = append(e.res.CeilingRounds, rate)
+				}
+			case "zero", "relay", "relay4":
+				rate, err := drainDefaultsRound(ctx, e, sys, round, n, settleAll)
+				if err != nil {
+					return err
+				}
+				if round >= 0 {
+					e.res.addDefaults(sys, rate)
 				}
 			case "outbox":
 				if err := resetOutbox(ctx, e.outbox); err != nil {
@@ -276,6 +284,10 @@ func runDrain(ctx context.Context, e *env) error {
 	logf("median pgoutbox %.0f msg/s, River %.0f jobs/s, ratio %.2f; SQL ceiling %.0f rows/s, pgoutbox at %.0f%% of it",
 		median(e.res.DrainOutbox), median(e.res.DrainRiver), median(e.res.DrainOutbox)/median(e.res.DrainRiver),
 		e.res.CeilingRate, 100*median(e.res.DrainOutbox)/e.res.CeilingRate)
+	logf("defaults: zero Config %.0f msg/s (%.2fx River), pgoutbox run %.0f msg/s (%.2fx River), 4 x pgoutbox run %.0f msg/s (%.2fx one)",
+		median(e.res.DrainZero), median(e.res.DrainZero)/median(e.res.DrainRiver),
+		median(e.res.DrainRelay), median(e.res.DrainRelay)/median(e.res.DrainRiver),
+		median(e.res.DrainRelay4), median(e.res.DrainRelay4)/median(e.res.DrainRelay))
 	return nil
 }
 

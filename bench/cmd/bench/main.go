@@ -53,6 +53,7 @@ type options struct {
 	only       map[string]bool
 	url        string // existing server instead of a throwaway cluster (development)
 	cpuprofile string
+	memprofile string
 	noReport   bool
 	try        string
 	horizon    horizonOptions // item "horizon" (horizon.go)
@@ -81,11 +82,12 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon; opt-in: soak,retention); default all but the opt-in ones")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: soak,retention); default all but the opt-in ones")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
+	flag.StringVar(&o.memprofile, "memprofile", "", "development: with -try, write an allocation profile (pprof allocs) at the end to this file")
 	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not write BENCHMARKS.md or charts")
-	flag.StringVar(&o.try, "try", "", "development: drain 100,000 with this setup (batch=,conc=,fb=,fd=,disp=,pool=) -rounds times, then exit")
+	flag.StringVar(&o.try, "try", "", "development: drain 100,000 with this setup (zero=1,batch=,bmin=,conc=,fb=,fd=,disp=,pool=) -rounds times, then exit")
 	// Item "horizon" (horizon.go).
 	flag.DurationVar(&o.horizon.baseline, "horizon-baseline", horizonBaselineDefault, "horizon: baseline window before the long transaction")
 	flag.DurationVar(&o.horizon.hold, "horizon-hold", horizonHoldDefault, "horizon: how long the long transaction stays open (the issue's goal: 10m, the default with -full)")
@@ -162,6 +164,7 @@ func run(o options) error {
 	started := time.Now()
 	ctx := context.Background()
 	res := &results{Started: started, Full: o.full, Rounds: o.rounds}
+	defer relayBin.cleanup()
 	e := &env{o: o, res: res}
 
 	if o.url == "" {
@@ -215,13 +218,25 @@ func run(o options) error {
 		}
 	}
 	if o.try != "" {
-		return runTry(ctx, e, o.try, o.rounds)
+		if err := runTry(ctx, e, o.try, o.rounds); err != nil {
+			return err
+		}
+		if o.memprofile != "" {
+			f, err := os.Create(o.memprofile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return pprof.Lookup("allocs").WriteTo(f, 0)
+		}
+		return nil
 	}
 	items := []struct {
 		name string
 		f    func(context.Context, *env) error
 	}{
 		{"drain", runDrain},
+		{"idle", runIdle},
 		{"ceiling", runCeiling},
 		{"sweep", runSweep},
 		{"sustained", runSustained},
@@ -233,10 +248,14 @@ func run(o options) error {
 		{"horizon", runHorizon},
 		{"soak", runSoak},
 		{"retention", runRetention},
+		{"crash", runCrash},
 	}
 	for _, it := range items {
 		if !o.want(it.name) {
 			continue
+		}
+		if it.name == "crash" && !o.full && !o.only["crash"] {
+			continue // over a minute (the default lease): -full, or -only crash
 		}
 		t0 := time.Now()
 		logf("== %s", it.name)
@@ -368,7 +387,9 @@ func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = maxConns
+	if maxConns > 0 { // 0: pgxpool's default, max(4, NumCPU)
+		cfg.MaxConns = maxConns
+	}
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 

@@ -37,6 +37,15 @@ type results struct {
 	RiverConfig   string
 	DrainVerified string
 
+	// Item 1, the defaults rows (defaults.go), in the same rotation.
+	DrainZero   []float64 // dispatcher.Config{} in process
+	DrainRelay  []float64 // one `pgoutbox run`, no tuning flags
+	DrainRelay4 []float64 // four `pgoutbox run` processes sharing the backlog
+	ZeroConfig  string
+	RelayConfig string
+	Idle        *idleResult
+	Crash       *crashResult
+
 	// Throughput sweeps (charts).
 	SweepN           int
 	SweepBatch       []point // x = Batch

@@ -36,6 +36,12 @@ func parseSetup(spec string) (drainSetup, error) {
 			return s, fmt.Errorf("bad -try value %q", kv)
 		}
 		switch k {
+		case "zero": // start from the zero Config (the defaults rows)
+			if n == 1 {
+				s = zeroSetup()
+			}
+		case "bmin":
+			s.cfg.BatchMin = n
 		case "batch":
 			s.cfg.Batch = n
 		case "conc":
@@ -89,15 +95,35 @@ func runTry(ctx context.Context, e *env, specs string, times int) error {
 				e.outbox.Close()
 				e.outbox, _ = newPool(ctx, e.outboxURL, 4)
 			}
-			r, err := measureSetup(ctx, e, s, 100_000)
+			var m0, m1 runtime.MemStats
+			var ru0, ru syscall.Rusage
+			runtime.ReadMemStats(&m0)
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			if err := resetOutbox(ctx, e.outbox); err != nil {
+				return err
+			}
+			if err := enqueueOutbox(ctx, e.outbox, 100_000, false, 1000); err != nil {
+				return err
+			}
+			if err := settle(ctx, e.outbox, "outbox"); err != nil {
+				return err
+			}
+			runtime.ReadMemStats(&m0)
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			stop := e.startProfile()
+			r, _, err := drainOutbox(ctx, e.outboxURL, s, 100_000, nil)
+			stop()
 			if err != nil {
 				return err
 			}
+			runtime.ReadMemStats(&m1)
 			rates[k] = append(rates[k], r)
-			var ru syscall.Rusage
 			syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-			logf("try %s: %.0f msg/s (goroutines %d, cpu user %.2fs sys %.2fs)", names[k], r, runtime.NumGoroutine(),
-				time.Duration(ru.Utime.Nano()).Seconds(), time.Duration(ru.Stime.Nano()).Seconds())
+			// The drain alone (not the enqueue): allocations, bytes and
+			// process CPU per message.
+			cpu := time.Duration(ru.Utime.Nano()+ru.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / 100_000
+			logf("try %s: %.0f msg/s (goroutines %d; this round, drain, per message: %d allocs, %d B, %s CPU; %d GCs)", names[k], r, runtime.NumGoroutine(),
+				(m1.Mallocs-m0.Mallocs)/100_000, (m1.TotalAlloc-m0.TotalAlloc)/100_000, cpu, m1.NumGC-m0.NumGC)
 		}
 	}
 	for k, s := range setups {

@@ -42,13 +42,3 @@ func TestChartsRenderPNG(t *testing.T) {
 		}
 	}
 }
-
-func TestEveryGlyphIsFiveBitsWide(t *testing.T) {
-	for r, g := range glyphs {
-		for _, row := range g {
-			if row >= 1<<glyphW {
-				t.Errorf("glyph %q has a row wider than %d bits", r, glyphW)
-			}
-		}
-	}
-}

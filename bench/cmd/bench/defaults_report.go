@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"time"
+)
+
+// The defaults rows, the idle item and the crash item in BENCHMARKS.md.
+
+func (r *results) defaultsGoals() []goal {
+	var g []goal
+	river := median(r.DrainRiver)
+	if len(r.DrainRelay) > 0 && river > 0 {
+		ratio := median(r.DrainRelay) / river
+		g = append(g, goal{"Defaults: `pgoutbox run` (no tuning flags) vs River (same run)", "≥ 2.00×",
+			fmt.Sprintf("%.2f× (%s vs %s msg/s)", ratio, kfmt(median(r.DrainRelay)), kfmt(river)), ratio >= 2, ""})
+	}
+	if len(r.DrainZero) > 0 && river > 0 {
+		ratio := median(r.DrainZero) / river
+		g = append(g, goal{"Defaults: `dispatcher.Config{}` in process vs River (same run)", "≥ 2.00×",
+			fmt.Sprintf("%.2f× (%s vs %s msg/s)", ratio, kfmt(median(r.DrainZero)), kfmt(river)), ratio >= 2, ""})
+	}
+	if len(r.DrainRelay4) > 0 && len(r.DrainRelay) > 0 {
+		ratio := median(r.DrainRelay4) / median(r.DrainRelay)
+		g = append(g, goal{"Defaults: four `pgoutbox run` sharing the backlog vs one", "≥ 1.00×",
+			fmt.Sprintf("%.2f× (%s vs %s msg/s)", ratio, kfmt(median(r.DrainRelay4)), kfmt(median(r.DrainRelay))), ratio >= 1, ""})
+	}
+	if i := r.Idle; i != nil {
+		g = append(g, goal{"Idle `pgoutbox run`: one event every 50 ms into an empty table, p50", "≤ 5 ms", ms(i.P50), i.P50 <= 5*time.Millisecond, ""})
+		g = append(g, goal{"Idle `pgoutbox run`: one event every 50 ms into an empty table, p99", "≤ 20 ms", ms(i.P99), i.P99 <= 20*time.Millisecond, ""})
+	}
+	return g
+}
+
+func (r *results) writeDefaultsSetup(p func(string, ...any)) {
+	if len(r.DrainZero) == 0 && len(r.DrainRelay) == 0 {
+		return
+	}
+	p("- **Defaults** (the same backlog, rounds and rotation, nothing tuned):")
+	p("  - *Config{}*: %s; timed like the pgoutbox column.", r.ZeroConfig)
+	p("  - *pgoutbox run*: one relay process, %s. Built from `cmd/pgoutbox` before the first round; timed from starting the process to the moment its `pgoutbox_messages_published_total` reached the backlog (read from `/metrics` every 2 ms over one kept-alive connection), so process start, connecting and the schema check count too.", r.RelayConfig)
+	p("  - *4 × pgoutbox run*: four such processes started together on the backlog, timed until their published counters add up to it.")
+	p("")
+}
+
+func (r *results) defaultsHeader() string {
+	if len(r.DrainZero) == 0 {
+		return ""
+	}
+	return " Config{} msg/s | pgoutbox run msg/s | 4 × pgoutbox run msg/s |"
+}
+
+func (r *results) defaultsRule() string {
+	if len(r.DrainZero) == 0 {
+		return ""
+	}
+	return " --- | --- | --- |"
+}
+
+func (r *results) defaultsCells(i int) string {
+	if len(r.DrainZero) == 0 {
+		return ""
+	}
+	at := func(xs []float64) string {
+		if i < len(xs) {
+			return kfmt(xs[i])
+		}
+		return ""
+	}
+	return fmt.Sprintf(" %s | %s | %s |", at(r.DrainZero), at(r.DrainRelay), at(r.DrainRelay4))
+}
+
+func (r *results) defaultsMedians() string {
+	if len(r.DrainZero) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" **%s** | **%s** | **%s** |", kfmt(median(r.DrainZero)), kfmt(median(r.DrainRelay)), kfmt(median(r.DrainRelay4)))
+}
+
+func (r *results) writeDefaultsRatios(p func(string, ...any)) {
+	if len(r.DrainZero) == 0 {
+		return
+	}
+	river := median(r.DrainRiver)
+	p("Defaults / River: `Config{}` **%.2f×**, `pgoutbox run` **%.2f×**; four relays / one: **%.2f×**. `Config{}` / SQL ceiling: %.0f%%.",
+		median(r.DrainZero)/river, median(r.DrainRelay)/river, median(r.DrainRelay4)/median(r.DrainRelay), 100*median(r.DrainZero)/r.CeilingRate)
+	p("")
+}
+
+func (r *results) writeIdleAndCrash(p func(string, ...any)) {
+	if i := r.Idle; i != nil {
+		p("### 1b. An idle relay: one event at a time")
+		p("")
+		p("`%s` (every dispatcher setting at its default) waits on an empty table; one producer commits a one-event transaction (`dispatcher.Enqueue`) every %s for %s, after one warm-up event. Latency: from the producer's `COMMIT` returning to the relay's stdout line for that message being read by the benchmark (one monotonic clock; the pipe adds microseconds).", i.Command, i.Interval, i.Duration)
+		p("")
+		p("| Events | Delivered | p50 | p90 | p99 | max |")
+		p("| --- | --- | --- | --- | --- | --- |")
+		p("| %d | %d | %s | %s | %s | %s |", i.Sent, i.Delivered, ms(i.P50), ms(i.P90), ms(i.P99), ms(i.Max))
+		p("")
+	}
+	if c := r.Crash; c != nil {
+		p("### 1c. What a crash costs (defaults)")
+		p("")
+		p("`pgoutbox run --publisher discard` (defaults) drains %s messages; once it has published 20,000 it gets SIGKILL, and a second relay with every default starts at once.", kfmt(float64(c.N)))
+		p("")
+		p("| Published before the kill | Stranded (processing at the kill) | Lease | Last stranded message done after the kill | Recovery rate after the lease | Everything done after the kill |")
+		p("| --- | --- | --- | --- | --- | --- |")
+		p("| %s | %s | %s | %.1f s | %s msg/s | %.1f s |", kfmt(float64(c.KilledAfter)), kfmt(float64(c.Stranded)), c.Lease, c.Recovered.Seconds(), kfmt(c.RecoveryRate), c.Drained.Seconds())
+		p("")
+	}
+}
