@@ -108,6 +108,17 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// waitIdleAndListening waits until d's LISTEN is registered and its claimer
+// has since begun an idle wait of a full PollInterval (outside the wake
+// window that every LISTEN connect opens): from then on only a
+// notification, or the poll interval, makes it claim again.
+func waitIdleAndListening(t *testing.T, d *dispatcher.Dispatcher) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "LISTEN registered", func() bool { return d.Stats().Listens > 0 })
+	idle := d.Stats().IdleWaits
+	waitFor(t, 30*time.Second, "the claimer idle after the wake window", func() bool { return d.Stats().IdleWaits > idle })
+}
+
 func (b *bundle) count(t *testing.T, where string, args ...any) int {
 	t.Helper()
 	var n int

@@ -31,6 +31,8 @@ type Stats struct {
 	Heartbeats    int64 // lease extensions
 	Notifications int64 // NOTIFY wake-ups received
 	WakePolls     int64 // short idle waits inside a wake window (Config.WakeWindow)
+	IdleWaits     int64 // idle waits of a full PollInterval (outside a wake window), counted as each begins
+	Listens       int64 // times LISTEN was registered on the listen connection (first connect and reconnects)
 	DBErrors      int64 // transient database errors retried
 	Flushes       int64 // batched finalize statements
 	Isolations    int64 // claims that failed and fell back to the isolation path
@@ -72,6 +74,7 @@ type metrics struct {
 	outcomes                                                                                            [numOutcomes]atomic.Int64
 	outcomeAttrs                                                                                        [numOutcomes]metric.AddOption
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable atomic.Int64
+	idleWaits, listens                                                                                  atomic.Int64
 
 	mu    sync.Mutex
 	queue QueueStats
@@ -200,6 +203,7 @@ func (d *Dispatcher) Stats() Stats {
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
 		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(),
+		IdleWaits: m.idleWaits.Load(), Listens: m.listens.Load(),
 		Queue: m.queueStats(),
 	}
 }
