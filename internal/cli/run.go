@@ -33,6 +33,7 @@ const (
 	envHTTPSecret = "PGOUTBOX_HTTP_SECRET"
 	envNATSURL    = "PGOUTBOX_NATS_URL"
 	envAMQPURL    = "PGOUTBOX_AMQP_URL"
+	envListenURL  = "PGOUTBOX_LISTEN_URL"
 )
 
 const runAbout = `Runs the relay: claims outbox messages under a lease, publishes them through
@@ -156,7 +157,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	unclassified := f.String("unclassified", "crash", "what an unclassified publisher error does: crash (leave to lease recovery), retry, or dead")
 	shutdownTimeout := f.duration("shutdown-timeout", dispatcher.ShutdownTimeoutDefault, "how long publishes in flight may finish after SIGINT/SIGTERM")
 	maxDeferAge := f.durationDays("max-defer-age", dispatcher.MaxDeferAgeDefault, "how long after created_at a message may keep being deferred before it goes to dead")
-	noListen := f.Bool("no-listen", false, "do not LISTEN for NOTIFY wake-ups, poll only (PgBouncer in transaction mode)")
+	noListen := f.Bool("no-listen", false, "do not LISTEN for NOTIFY wake-ups, poll only (PgBouncer in transaction mode, when no direct connection is available for --listen-url)")
+	listenURL := f.String("listen-url", "", "PostgreSQL URL of the LISTEN connection, straight to the server when --database-url goes through PgBouncer in transaction mode (default: $"+envListenURL+", else --database-url)")
 	claimTimeout := f.duration("claim-timeout", dispatcher.ClaimTimeoutDefault, "bound on one claim statement; a claim that fails on one row or times out falls back to claiming without payloads and reading each message alone")
 	writeTimeout := f.duration("write-timeout", dispatcher.WriteTimeoutDefault, "bound on each attempt of a finalize, hand-back or lease extension (retried with backoff)")
 	reapGrace := f.duration("reap-grace", dispatcher.ReapGraceDefault, "how long after its lease expired a message with every attempt spent is left to its owner before it goes to dead")
@@ -350,6 +352,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 
 	d, err := a.resolveDatabase(f, *dbURL)
 	if err != nil {
+		return err
+	}
+	if err := a.resolveListenURL(f, &cfg, *listenURL); err != nil {
 		return err
 	}
 	rc.disp = cfg
@@ -602,6 +607,9 @@ func (a *app) startupAttrs(rc runConfig, d *database) []any {
 		slog.Duration("max_defer_age", c.MaxDeferAge),
 		slog.String("unclassified", []string{"crash", "retry", "dead"}[c.UnclassifiedErrors]),
 		slog.Bool("listen", !c.DisableListen),
+	}
+	if c.ListenURL != "" {
+		attrs = append(attrs, slog.String("listen_url", redact.URL(c.ListenURL, false)))
 	}
 	if c.Owner != "" {
 		attrs = append(attrs, slog.String("owner", c.Owner))
