@@ -74,10 +74,10 @@ func TestSlowPublisher_TakeoverFencesTheStaleFinalize(t *testing.T) {
 	cfg := fast(dispatcher.Config{Lease: 500 * time.Millisecond, PublishTimeout: 200 * time.Millisecond,
 		OnLeaseLost: func(id, v int64) { lostMu.Lock(); lost = append(lost, id); lostMu.Unlock() }})
 	a, _ := b.start(t, rec, cfg)
-	waitFor(t, 5*time.Second, "A to start the slow publish", first.Load)
+	waitFor(t, 30*time.Second, "A to start the slow publish", first.Load)
 	bd, _ := b.start(t, rec, cfg)
-	waitFor(t, 10*time.Second, "two publishes", func() bool { return rec.count(id) == 2 })
-	waitFor(t, 10*time.Second, "the stale finalize to be rejected", func() bool {
+	waitFor(t, 30*time.Second, "two publishes", func() bool { return rec.count(id) == 2 })
+	waitFor(t, 30*time.Second, "the stale finalize to be rejected", func() bool {
 		lostMu.Lock()
 		defer lostMu.Unlock()
 		return len(lost) == 1
@@ -152,7 +152,7 @@ func TestHeartbeat_LostLeaseCancelsThePublish(t *testing.T) {
 		return ctx.Err()
 	})
 	_, _ = b.start(t, pub, fast(dispatcher.Config{Lease: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, PublishTimeout: 30 * time.Second}))
-	waitFor(t, 5*time.Second, "claim", func() bool { return b.state(t, id).Status == "processing" })
+	waitFor(t, 30*time.Second, "claim", func() bool { return b.state(t, id).Status == "processing" })
 	// Another worker takes the lease over.
 	if _, err := b.pool.Exec(context.Background(), `UPDATE outbox SET lease_version = lease_version + 1 WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestOutcomes_EachClassLandsInTheRightState(t *testing.T) {
 			id := b.enqueue(t, 1, "a", false)[0]
 			pub := dispatcher.PublisherFunc(func(ctx context.Context, m dispatcher.Message) error { return c.err(m.Attempt) })
 			_, stop := b.start(t, pub, fast(c.cfg))
-			waitFor(t, 10*time.Second, c.want.Status, func() bool {
+			waitFor(t, 30*time.Second, c.want.Status, func() bool {
 				s := b.state(t, id)
 				return s.Status == c.want.Status && s.Attempts == c.want.Attempts && s.LastError == c.want.LastError
 			})
@@ -242,7 +242,7 @@ func TestPanicAndUnclassified_TreatedAsCrashOfThatMessage(t *testing.T) {
 				return nil
 			})
 			d, _ := b.start(t, pub, fast(dispatcher.Config{Lease: 300 * time.Millisecond, PublishTimeout: 100 * time.Millisecond}))
-			waitFor(t, 10*time.Second, "all done", func() bool { return b.count(t, "status = 'done'") == 3 })
+			waitFor(t, 30*time.Second, "all done", func() bool { return b.count(t, "status = 'done'") == 3 })
 			if s := b.state(t, bad); s.Attempts != 2 {
 				t.Fatalf("bad message attempts = %d, want 2 (crash, then recovered)", s.Attempts)
 			}
@@ -292,7 +292,7 @@ func TestClaimAll_OrderedAndUnorderedInOneDispatcher(t *testing.T) {
 	b.enqueue(t, 20, "free-agg", false)
 	rec := newRecorder(nil)
 	b.start(t, rec, fast(dispatcher.Config{}))
-	waitFor(t, 20*time.Second, "all done", func() bool { return b.count(t, "status = 'done'") == 40 })
+	waitFor(t, 30*time.Second, "all done", func() bool { return b.count(t, "status = 'done'") == 40 })
 }
 
 // With the poll interval at an hour, only NOTIFY can wake an idle dispatcher.
@@ -304,7 +304,7 @@ func TestNotify_WakesAnIdleDispatcher(t *testing.T) {
 	waitIdleAndListening(t, d)
 	start := time.Now()
 	id := b.enqueue(t, 1, "a", false)[0]
-	waitFor(t, 10*time.Second, "publish after NOTIFY", func() bool { return rec.count(id) == 1 })
+	waitFor(t, 30*time.Second, "publish after NOTIFY", func() bool { return rec.count(id) == 1 })
 	if d.Stats().Notifications == 0 {
 		t.Fatal("no notification was received")
 	}
@@ -356,11 +356,11 @@ func TestNotify_SkippedNotifyIsClaimedInsideTheWakeWindow(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, "SELECT pg_notify('outbox', '')"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "notification received", func() bool { return d.Stats().Notifications > before })
+	waitFor(t, 30*time.Second, "notification received", func() bool { return d.Stats().Notifications > before })
 	// ... then this commit lands, skipping its own NOTIFY at the held gate.
 	id := b.enqueue(t, 1, "w", false)[0]
 	start := time.Now()
-	waitFor(t, 10*time.Second, "publish of the commit that skipped its NOTIFY", func() bool { return rec.count(id) == 1 })
+	waitFor(t, 30*time.Second, "publish of the commit that skipped its NOTIFY", func() bool { return rec.count(id) == 1 })
 	t.Logf("commit to publish: %s", time.Since(start))
 	// Notifications arrive in commit order: a marker sent now comes after
 	// any the commit sent. Everything before the marker is counted.
@@ -405,7 +405,7 @@ func TestShutdown_HandsBackUnstartedClaimsImmediately(t *testing.T) {
 	})
 	_, stop := b.start(t, pub, fast(dispatcher.Config{Batch: 10, Concurrency: 1, Lease: time.Hour, PublishTimeout: time.Minute}))
 	<-started
-	waitFor(t, 5*time.Second, "10 claimed", func() bool { return b.count(t, "status = 'processing'") == 10 })
+	waitFor(t, 30*time.Second, "10 claimed", func() bool { return b.count(t, "status = 'processing'") == 10 })
 	// The publish in flight finishes only once shutdown has handed the 9
 	// others back: it is still running when shutdown starts.
 	go func() {
@@ -439,7 +439,7 @@ func TestDroppedConnections_LoseNothing(t *testing.T) {
 		return nil
 	})
 	d, _ := b.start(t, rec, fast(dispatcher.Config{Batch: 10, Lease: 2 * time.Second, PublishTimeout: 500 * time.Millisecond}))
-	waitFor(t, 10*time.Second, "some progress", func() bool { return rec.published() > 50 })
+	waitFor(t, 30*time.Second, "some progress", func() bool { return rec.published() > 50 })
 	ctx := context.Background()
 	var dbname string
 	if err := b.pool.QueryRow(ctx, "SELECT current_database()").Scan(&dbname); err != nil {

@@ -46,7 +46,7 @@ SELECT 'order', 'old-' || g, 'OrderPlaced', '{}', 'done', now() FROM generate_se
 	for i := 0; i < 20; i++ {
 		ids = append(ids, b.enqueue(t, 10, "a", false)...)
 	}
-	waitFor(t, 20*time.Second, "200 published and finalized", func() bool { return d.Stats().Published == int64(len(ids)) })
+	waitFor(t, 30*time.Second, "200 published and finalized", func() bool { return d.Stats().Published == int64(len(ids)) })
 	for _, id := range ids {
 		if rec.count(id) != 1 {
 			t.Fatalf("message %d published %d times", id, rec.count(id))
