@@ -68,7 +68,10 @@ days: 7d).
 
 With --metrics-addr, GET /metrics serves Prometheus text format and GET
 /healthz answers 200 "ok" once both PostgreSQL and the publisher answer a
-ping (re-checked every --health-interval), 503 with the reason otherwise.`
+ping (re-checked every --health-interval), 503 with the reason otherwise.
+GET /readyz is the same as /healthz (readiness); GET /livez answers 200
+while the process serves (liveness: an outage of PostgreSQL or the broker
+does not fail it, since restarting the relay would not help).`
 
 const runExamples = `  export DATABASE_URL=postgres://app:secret@db:5432/app
   export PGOUTBOX_HTTP_SECRET=whsec_...
@@ -653,7 +656,7 @@ func (a *app) serveMetrics(ctx context.Context, addr string, h *health, disp *at
 		}
 		writeMetrics(w, st, h, time.Now())
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	ready := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		ok, reason := h.ready()
@@ -662,6 +665,17 @@ func (a *app) serveMetrics(ctx context.Context, addr string, h *health, disp *at
 			fmt.Fprintf(w, "not ready: %s\n", a.secrets.Scrub(reason))
 			return
 		}
+		fmt.Fprintln(w, "ok")
+	}
+	// /healthz and /readyz: readiness (PostgreSQL and the publisher answer).
+	// /livez: liveness only (the process serves HTTP): a database or broker
+	// outage is not cured by restarting the relay, so an orchestrator's
+	// liveness probe must not fail on it.
+	mux.HandleFunc("GET /healthz", ready)
+	mux.HandleFunc("GET /readyz", ready)
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
 		fmt.Fprintln(w, "ok")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
