@@ -7,7 +7,7 @@ GO       ?= go
 SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc
 PKGS     := ./...
 
-.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long build
+.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long build release release-check stress
 
 all: verify test
 
@@ -21,6 +21,7 @@ verify:
 	$(GO) mod tidy -diff
 	$(GO) mod tidy -modfile=tools.mod -diff
 	cd bench && $(GO) mod tidy -diff
+	cd deploy && $(GO) mod tidy -diff && $(GO) vet ./...
 	$(GO) vet $(PKGS)
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
@@ -57,3 +58,42 @@ bench:
 ## bench-full: the same with larger runs and more rounds (longer)
 bench-full:
 	cd bench && go run ./cmd/bench -out .. -full
+
+## release: static binaries (CGO_ENABLED=0) for linux/amd64, linux/arm64 and
+## darwin/arm64 in dist/ (gitignored), with the version and commit linked in
+## (`pgoutbox version`, the last line of `pgoutbox --help`), and SHA256SUMS.
+## VERSION defaults to `git describe`; override with make release VERSION=v1.2.3.
+VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT            ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64
+RELEASE_LDFLAGS   := -s -w -X github.com/pgoutbox/pgoutbox/internal/buildinfo.Version=$(VERSION) -X github.com/pgoutbox/pgoutbox/internal/buildinfo.Commit=$(COMMIT)
+release:
+	@mkdir -p dist
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=dist/pgoutbox-$$os-$$arch; \
+		echo "building $$out ($(VERSION))"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $$out ./cmd/pgoutbox; \
+	done
+	cd dist && sha256sum pgoutbox-* > SHA256SUMS
+
+## release-check: make release, then run the linux/amd64 binary here (version,
+## --help) and check it is statically linked; checks the systemd unit with
+## systemd-analyze verify where systemd is installed. The other binaries are
+## built, not run (no arm64 or macOS machine here).
+release-check: release
+	./dist/pgoutbox-linux-amd64 version
+	./dist/pgoutbox-linux-amd64 version | grep -qx "pgoutbox $(VERSION)"
+	./dist/pgoutbox-linux-amd64 --help | tail -1 | grep -q "^Build: pgoutbox $(VERSION) (commit "
+	@if command -v ldd >/dev/null 2>&1 && ldd dist/pgoutbox-linux-amd64 2>&1 | grep -qv "not a dynamic executable"; then \
+		echo "dist/pgoutbox-linux-amd64 is dynamically linked"; ldd dist/pgoutbox-linux-amd64; exit 1; fi
+	@if command -v systemd-analyze >/dev/null 2>&1; then deploy/systemd/verify.sh dist/pgoutbox-linux-amd64; \
+		else echo "systemd-analyze not installed: deploy/systemd/pgoutbox.service not verified"; fi
+	cd deploy && $(GO) test -count=1 ./...
+
+## stress: `make test` STRESS_RUNS times in a row (default 5) while a
+## CPU-bound process keeps every core busy (stress-ng when installed, else a
+## Go spinner, internal/cmd/spin); stops at the first failure. The check that
+## the suite holds on a busy machine.
+STRESS_RUNS ?= 5
+stress:
+	@STRESS_RUNS=$(STRESS_RUNS) GO=$(GO) ./internal/cmd/spin/stress.sh
