@@ -41,10 +41,13 @@ demo:
 ## faults. Exits non-zero when an invariant fails. The figures go to stdout and
 ## to $(CHAOS_OUT), a temp file by default so CI leaves the tree clean;
 ## `make chaos CHAOS_OUT=RELIABILITY.md` records them in RELIABILITY.md.
+## `make chaos CHAOS_PGBOUNCER=1` routes producers and relays through a
+## throwaway PgBouncer in transaction mode (relays LISTEN directly).
 CHAOS_SEED ?= 1
 CHAOS_OUT  ?= $(or $(TMPDIR),/tmp)/pgoutbox-RELIABILITY-short.md
+CHAOS_PGBOUNCER ?=
 chaos:
-	$(GO) run ./chaos -seed $(CHAOS_SEED) -duration 2m -events 50000 -relays 4 -drain-timeout 2m -out $(CHAOS_OUT) -section short
+	$(GO) run ./chaos -seed $(CHAOS_SEED) -duration 2m -events 50000 -relays 4 -drain-timeout 2m -out $(CHAOS_OUT) -section short $(if $(CHAOS_PGBOUNCER),-pgbouncer)
 
 ## chaos-long: 32 minutes of faults, 200,000 events; writes RELIABILITY.md
 chaos-long:

@@ -50,6 +50,7 @@ type options struct {
 	section        string
 	bin            string
 	keep           bool
+	pgbouncer      bool
 	args           []string
 }
 
@@ -73,6 +74,7 @@ func main() {
 	flag.StringVar(&o.section, "section", "short", "which part of -out to replace: short or long")
 	flag.StringVar(&o.bin, "bin", "", "a pgoutbox binary to run (default: go build ./cmd/pgoutbox)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (relay logs) even when every invariant holds")
+	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "route producers and relays through a throwaway PgBouncer in transaction mode (Debian's pgbouncer); relays LISTEN on a direct connection (--listen-url)")
 	flag.Parse()
 	o.args = os.Args[1:]
 	if err := o.validate(); err != nil {

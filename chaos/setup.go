@@ -35,6 +35,14 @@ type env struct {
 	producePass string
 	admin       *pgxpool.Pool
 	relayPort   int // the tcpproxy relays connect through (blackhole faults); 0 = the server's port
+	bouncerPort int // PgBouncer producers connect to (-pgbouncer); 0 = none
+}
+
+// listenURL is the relays' direct LISTEN connection (-pgbouncer: the pool
+// goes through the proxy and PgBouncer, LISTEN straight to the server).
+func (e *env) listenURL(app string) string {
+	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=%s",
+		relayUser, e.relayPass, e.cluster.Port(), chaosDB, app)
 }
 
 func (e *env) relayURL(app string) string {
@@ -47,6 +55,12 @@ func (e *env) relayURL(app string) string {
 }
 
 func (e *env) producerURL() string {
+	if e.bouncerPort != 0 {
+		// An application behind PgBouncer before 1.21 must not use pgx's
+		// named statement cache (docs/cli.md, Behind PgBouncer).
+		return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=producer&default_query_exec_mode=cache_describe",
+			producerUser, e.producePass, e.bouncerPort, chaosDB)
+	}
 	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=producer",
 		producerUser, e.producePass, e.cluster.Port(), chaosDB)
 }

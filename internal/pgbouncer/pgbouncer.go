@@ -43,9 +43,16 @@ type Options struct {
 	// user. Defaults to 20.
 	PoolSize int
 
-	// Users are the roles allowed to connect (trust authentication: PgBouncer
-	// only checks that the name is listed). Defaults to ["postgres"].
+	// Users are the roles allowed to connect. Without Passwords,
+	// authentication is trust (PgBouncer only checks that the name is
+	// listed). Defaults to ["postgres"].
 	Users []string
+
+	// Passwords, when set, are the users' passwords: clients must then
+	// authenticate (scram-sha-256), and PgBouncer logs in to the server with
+	// them (for a server that checks passwords). Users without an entry get
+	// an empty password. Defaults to none: trust.
+	Passwords map[string]string
 
 	// MaxPreparedStatements, when positive, sets max_prepared_statements
 	// (PgBouncer 1.21+ only: older versions refuse to start with it).
@@ -55,6 +62,7 @@ type Options struct {
 
 // Bouncer is a running PgBouncer.
 type Bouncer struct {
+	bin  string
 	dir  string
 	port int
 	cmd  *exec.Cmd
@@ -108,7 +116,7 @@ func Start(ctx context.Context, opts Options) (*Bouncer, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	b := &Bouncer{dir: dir, port: port, done: make(chan error, 1)}
+	b := &Bouncer{bin: bin, dir: dir, port: port, done: make(chan error, 1)}
 	if err := b.writeConfig(opts); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -153,7 +161,15 @@ func (b *Bouncer) writeConfig(o Options) error {
 		if strings.ContainsAny(u, "\"\n") {
 			return fmt.Errorf("pgbouncer: user name %q has a quote or newline", u)
 		}
-		fmt.Fprintf(&users, "%q \"\"\n", u)
+		pw := o.Passwords[u]
+		if strings.ContainsAny(pw, "\"\n") {
+			return fmt.Errorf("pgbouncer: the password of %q has a quote or newline", u)
+		}
+		fmt.Fprintf(&users, "%q %q\n", u, pw)
+	}
+	auth := "trust"
+	if len(o.Passwords) > 0 {
+		auth = "scram-sha-256"
 	}
 	if err := os.WriteFile(filepath.Join(b.dir, "userlist.txt"), []byte(users.String()), 0o600); err != nil {
 		return fmt.Errorf("pgbouncer: %w", err)
@@ -165,7 +181,7 @@ func (b *Bouncer) writeConfig(o Options) error {
 listen_addr = 127.0.0.1
 listen_port = %d
 unix_socket_dir =
-auth_type = trust
+auth_type = %s
 auth_file = %s
 pool_mode = %s
 default_pool_size = %d
@@ -173,7 +189,9 @@ max_client_conn = 2000
 log_connections = 0
 log_disconnections = 0
 admin_users = %s
-`, o.TargetHost, o.TargetPort, b.port, filepath.Join(b.dir, "userlist.txt"), o.PoolMode, o.PoolSize,
+; retry a failed server login after 1s, not 15s (a restarting server)
+server_login_retry = 1
+`, o.TargetHost, o.TargetPort, b.port, auth, filepath.Join(b.dir, "userlist.txt"), o.PoolMode, o.PoolSize,
 		o.Users[0])
 	if o.MaxPreparedStatements > 0 {
 		ini += fmt.Sprintf("max_prepared_statements = %d\n", o.MaxPreparedStatements)
@@ -205,6 +223,17 @@ func (b *Bouncer) waitReady(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// Version is the first line of `pgbouncer --version` ("PgBouncer 1.18.0"),
+// or "" when it cannot be read.
+func (b *Bouncer) Version() string {
+	out, err := exec.Command(b.bin, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimPrefix(strings.TrimSpace(first), "PgBouncer ")
 }
 
 // Addr is host:port of the pooler.
