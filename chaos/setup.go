@@ -221,7 +221,13 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 		return nil, fmt.Errorf("connect as %s: %w", producerUser, err)
 	}
 	defer prod.Close(ctx)
-	relay, err := pgx.Connect(ctx, e.relayURL("role-check"))
+	// Behind PgBouncer (-pgbouncer) the relay's LISTEN needs its direct
+	// connection, as the relays' --listen-url.
+	relayCheck := e.relayURL("role-check")
+	if e.bouncerPort != 0 {
+		relayCheck = e.listenURL("role-check")
+	}
+	relay, err := pgx.Connect(ctx, relayCheck)
 	if err != nil {
 		return nil, fmt.Errorf("connect as %s: %w", relayUser, err)
 	}
