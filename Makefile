@@ -26,8 +26,10 @@ verify:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## test: the whole suite on real PostgreSQL and real brokers, with the race detector
+## (-timeout 30m: a package's binary may take longer than go test's default
+## 10 minutes on a busy machine, e.g. internal/adopttest building sqlc.)
 test:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 build:
 	$(GO) build -o bin/pgoutbox ./cmd/pgoutbox

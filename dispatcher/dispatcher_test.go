@@ -33,6 +33,15 @@ func TestDispatchers_FourShareTheTableAndPublishEachMessageOnce(t *testing.T) {
 		ds = append(ds, d)
 	}
 	waitFor(t, 60*time.Second, "1000 done", func() bool { return b.count(t, "status = 'done'") == 1000 })
+	// The counters move once each finalize statement has returned, just
+	// after its rows are visible.
+	waitFor(t, 30*time.Second, "1000 counted published", func() bool {
+		var n int64
+		for _, d := range ds {
+			n += d.Stats().Published
+		}
+		return n >= 1000
+	})
 	for _, id := range ids {
 		if n := rec.count(id); n != 1 {
 			t.Fatalf("message %d published %d times, want 1", id, n)
@@ -61,8 +70,15 @@ func TestSlowPublisher_TakeoverFencesTheStaleFinalize(t *testing.T) {
 		if first.CompareAndSwap(false, true) {
 			// Longer than the lease, ignoring ctx (like a GC pause): it
 			// returns only once the other dispatcher has taken the message
-			// over and is publishing it.
+			// over, published it and finalized it.
 			<-takenOver
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+				var done bool
+				if err := b.pool.QueryRow(context.Background(), "SELECT status = 'done' FROM outbox WHERE id = $1", m.OutboxID).Scan(&done); err == nil && done {
+					break
+				}
+				time.Sleep(5 * time.Millisecond) // polling a condition
+			}
 			return nil
 		}
 		close(takenOver)
@@ -88,6 +104,7 @@ func TestSlowPublisher_TakeoverFencesTheStaleFinalize(t *testing.T) {
 	if got := a.Stats().LeaseLost + bd.Stats().LeaseLost; got != 1 {
 		t.Fatalf("lease lost = %d, want 1", got)
 	}
+	waitFor(t, 30*time.Second, "the takeover's finalize counted", func() bool { return a.Stats().Published+bd.Stats().Published >= 1 })
 	if got := a.Stats().Published + bd.Stats().Published; got != 1 {
 		t.Fatalf("finalized done = %d, want exactly 1", got)
 	}

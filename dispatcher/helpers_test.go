@@ -71,7 +71,12 @@ func (b *bundle) start(t *testing.T, pub dispatcher.Publisher, cfg dispatcher.Co
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger(t)
 	}
-	d, err := dispatcher.New(b.pool, pub, cfg)
+	// The dispatcher gets a pool of its own: a connection whose statement
+	// the dispatcher cancelled (a timeout on a busy machine) can come back
+	// unusable ("i/o timeout"), which the dispatcher retries but a test
+	// helper reading through the same pool would take for a failure.
+	pool := pgtest.Pool(t, b.url)
+	d, err := dispatcher.New(pool, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,13 +89,16 @@ func TestPgBouncer_TransactionModeWithNoListenDeliversEveryEvent(t *testing.T) {
 		ids = append(ids, b.enqueue(t, 10, fmt.Sprintf("agg-%d", a), a%2 == 0)...)
 	}
 	waitFor(t, 60*time.Second, "200 done", func() bool { return b.count(t, "status = 'done'") == 200 })
+	// The counter moves once the finalize statement has returned, just
+	// after the rows are visible.
+	waitFor(t, 30*time.Second, "200 counted published", func() bool { return d.Stats().Published == 200 })
 	for _, id := range ids {
 		if n := rec.count(id); n != 1 {
 			t.Fatalf("message %d published %d times, want 1", id, n)
 		}
 	}
-	if s := d.Stats(); s.Published != 200 || s.Notifications != 0 || s.Listens != 0 {
-		t.Fatalf("stats = %+v, want 200 published and no LISTEN", s)
+	if s := d.Stats(); s.Notifications != 0 || s.Listens != 0 {
+		t.Fatalf("stats = %+v, want no LISTEN", s)
 	}
 	if n := serverPIDs(t, b.pool, 20); n < 2 {
 		t.Fatalf("the pool's queries ran on %d server connection(s); want the pooler to multiplex them", n)
