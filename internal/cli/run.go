@@ -702,7 +702,9 @@ func (a *app) healthLoop(ctx context.Context, every time.Duration, pool *pgxpool
 			return
 		case <-t.C:
 		}
-		timeout := min(every, 5*time.Second)
+		// At least 1s: a short --health-interval must not turn a slow
+		// (busy, not down) database or broker into "not ready".
+		timeout := max(min(every, 5*time.Second), time.Second)
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		err := pool.Ping(cctx)
 		cancel()
