@@ -28,7 +28,8 @@ type Info struct {
 	Version   string // v1.2.3, or "devel"
 	Commit    string // full revision, or "unknown"
 	Time      string // commit time (RFC 3339), or ""
-	Modified  bool   // the work tree had uncommitted changes
+	Modified  bool   // the work tree had uncommitted changes (known only with VCS)
+	VCS       bool   // the toolchain stamped VCS information (vcs.* settings)
 	GoVersion string // go1.25.0
 	Platform  string // linux/amd64
 }
@@ -41,6 +42,9 @@ func Read() Info {
 			info.Version = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
+			if strings.HasPrefix(s.Key, "vcs.") {
+				info.VCS = true
+			}
 			switch s.Key {
 			case "vcs.revision":
 				if info.Commit == "" {
@@ -82,7 +86,9 @@ func (i Info) Long() string {
 	if i.Time != "" {
 		fmt.Fprintf(&b, "time:     %s\n", i.Time)
 	}
-	fmt.Fprintf(&b, "modified: %t\n", i.Modified)
+	if i.VCS {
+		fmt.Fprintf(&b, "modified: %t\n", i.Modified)
+	}
 	fmt.Fprintf(&b, "go:       %s\n", i.GoVersion)
 	fmt.Fprintf(&b, "platform: %s\n", i.Platform)
 	return b.String()
