@@ -71,7 +71,9 @@ func serverPIDs(t *testing.T, pool *pgxpool.Pool, n int) int {
 		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 			t.Fatal(err)
 		}
-		pids[pid] = true
+		if pids[pid] = true; len(pids) > 1 {
+			break
+		}
 	}
 	return len(pids)
 }
@@ -100,7 +102,7 @@ func TestPgBouncer_TransactionModeWithNoListenDeliversEveryEvent(t *testing.T) {
 	if s := d.Stats(); s.Notifications != 0 || s.Listens != 0 {
 		t.Fatalf("stats = %+v, want no LISTEN", s)
 	}
-	if n := serverPIDs(t, b.pool, 20); n < 2 {
+	if n := serverPIDs(t, b.pool, 400); n < 2 {
 		t.Fatalf("the pool's queries ran on %d server connection(s); want the pooler to multiplex them", n)
 	}
 }
