@@ -23,7 +23,7 @@ func TestRun_ProbesReadyzFollowsHealthAndLivezStaysUp(t *testing.T) {
 		return strings.Contains(b.stderr.String(), "publisher is not reachable; starting anyway")
 	})
 	for _, path := range []string{"/healthz", "/readyz"} {
-		if code, body := get(t, base+path); code != http.StatusServiceUnavailable || !strings.Contains(body, "not ready: publisher") {
+		if code, body := get(t, base+path); code != http.StatusServiceUnavailable || !strings.Contains(body, "publisher: webhook: ping") {
 			t.Errorf("%s = %d %q, want 503 naming the publisher", path, code, body)
 		}
 	}
