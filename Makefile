@@ -70,6 +70,9 @@ bench-full:
 ## VERSION defaults to `git describe`; override with make release VERSION=v1.2.3.
 VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT            ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# Evaluated once: release-check compares the binary with the same value.
+VERSION           := $(VERSION)
+COMMIT            := $(COMMIT)
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64
 RELEASE_LDFLAGS   := -s -w -X github.com/pgoutbox/pgoutbox/internal/buildinfo.Version=$(VERSION) -X github.com/pgoutbox/pgoutbox/internal/buildinfo.Commit=$(COMMIT)
 release:
