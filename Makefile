@@ -7,7 +7,7 @@ GO       ?= go
 SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc
 PKGS     := ./...
 
-.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long chaos-failover build
+.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long chaos-failover build release release-check stress
 
 all: verify test
 
@@ -21,12 +21,15 @@ verify:
 	$(GO) mod tidy -diff
 	$(GO) mod tidy -modfile=tools.mod -diff
 	cd bench && $(GO) mod tidy -diff
+	cd deploy && $(GO) mod tidy -diff && $(GO) vet ./...
 	$(GO) vet $(PKGS)
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## test: the whole suite on real PostgreSQL and real brokers, with the race detector
+## (-timeout 30m: a package's binary may take longer than go test's default
+## 10 minutes on a busy machine, e.g. internal/adopttest building sqlc.)
 test:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 build:
 	$(GO) build -o bin/pgoutbox ./cmd/pgoutbox
@@ -43,10 +46,13 @@ demo:
 ## faults. Exits non-zero when an invariant fails. The figures go to stdout and
 ## to $(CHAOS_OUT), a temp file by default so CI leaves the tree clean;
 ## `make chaos CHAOS_OUT=RELIABILITY.md` records them in RELIABILITY.md.
+## `make chaos CHAOS_PGBOUNCER=1` routes producers and relays through a
+## throwaway PgBouncer in transaction mode (relays LISTEN directly).
 CHAOS_SEED ?= 1
 CHAOS_OUT  ?= $(or $(TMPDIR),/tmp)/pgoutbox-RELIABILITY-short.md
+CHAOS_PGBOUNCER ?=
 chaos:
-	$(GO) run ./chaos -seed $(CHAOS_SEED) -duration 2m -events 50000 -relays 4 -drain-timeout 2m -out $(CHAOS_OUT) -section short
+	$(GO) run ./chaos -seed $(CHAOS_SEED) -duration 2m -events 50000 -relays 4 -drain-timeout 2m -out $(CHAOS_OUT) -section short $(if $(CHAOS_PGBOUNCER),-pgbouncer)
 
 ## chaos-long: 32 minutes of faults, 200,000 events; writes RELIABILITY.md
 chaos-long:
@@ -71,3 +77,45 @@ bench:
 ## bench-full: the same with larger runs and more rounds (longer)
 bench-full:
 	cd bench && go run ./cmd/bench -out .. -full
+
+## release: static binaries (CGO_ENABLED=0) for linux/amd64, linux/arm64 and
+## darwin/arm64 in dist/ (gitignored), with the version and commit linked in
+## (`pgoutbox version`, the last line of `pgoutbox --help`), and SHA256SUMS.
+## VERSION defaults to `git describe`; override with make release VERSION=v1.2.3.
+VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT            ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# Evaluated once: release-check compares the binary with the same value.
+VERSION           := $(VERSION)
+COMMIT            := $(COMMIT)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64
+RELEASE_LDFLAGS   := -s -w -X github.com/pgoutbox/pgoutbox/internal/buildinfo.Version=$(VERSION) -X github.com/pgoutbox/pgoutbox/internal/buildinfo.Commit=$(COMMIT)
+release:
+	@mkdir -p dist
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=dist/pgoutbox-$$os-$$arch; \
+		echo "building $$out ($(VERSION))"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $$out ./cmd/pgoutbox; \
+	done
+	cd dist && sha256sum pgoutbox-* > SHA256SUMS
+
+## release-check: make release, then run the linux/amd64 binary here (version,
+## --help) and check it is statically linked; checks the systemd unit with
+## systemd-analyze verify where systemd is installed. The other binaries are
+## built, not run (no arm64 or macOS machine here).
+release-check: release
+	./dist/pgoutbox-linux-amd64 version
+	./dist/pgoutbox-linux-amd64 version | grep -qx "pgoutbox $(VERSION)"
+	./dist/pgoutbox-linux-amd64 --help | tail -1 | grep -q "^Build: pgoutbox $(VERSION) (commit "
+	@if command -v ldd >/dev/null 2>&1 && ldd dist/pgoutbox-linux-amd64 2>&1 | grep -qv "not a dynamic executable"; then \
+		echo "dist/pgoutbox-linux-amd64 is dynamically linked"; ldd dist/pgoutbox-linux-amd64; exit 1; fi
+	@if command -v systemd-analyze >/dev/null 2>&1; then deploy/systemd/verify.sh dist/pgoutbox-linux-amd64; \
+		else echo "systemd-analyze not installed: deploy/systemd/pgoutbox.service not verified"; fi
+	cd deploy && $(GO) test -count=1 ./...
+
+## stress: `make test` STRESS_RUNS times in a row (default 5) while a
+## CPU-bound process keeps every core busy (stress-ng when installed, else a
+## Go spinner, internal/cmd/spin); stops at the first failure. The check that
+## the suite holds on a busy machine.
+STRESS_RUNS ?= 5
+stress:
+	@STRESS_RUNS=$(STRESS_RUNS) GO=$(GO) ./internal/cmd/spin/stress.sh

@@ -52,6 +52,7 @@ type options struct {
 	bin            string
 	keep           bool
 	failover       bool // a synchronous standby, promoted mid-run (failover.go)
+	pgbouncer      bool
 	args           []string
 }
 
@@ -77,6 +78,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (relay logs) even when every invariant holds")
 	flag.BoolVar(&o.failover, "failover", false, "add a synchronous streaming standby; mid-run stop the primary hard and promote the standby "+
 		"(everyone connects through a multi-host URL); replaces the PostgreSQL restarts")
+	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "route producers and relays through a throwaway PgBouncer in transaction mode (Debian's pgbouncer); relays LISTEN on a direct connection (--listen-url)")
 	flag.Parse()
 	o.args = os.Args[1:]
 	if err := o.validate(); err != nil {

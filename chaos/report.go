@@ -31,12 +31,15 @@ func joinCounts(m map[string]int) string {
 
 // reproduce is the command line that repeats the run.
 func reproduce(o options) string {
-	failover := ""
+	extra := ""
 	if o.failover {
-		failover = " -failover"
+		extra += " -failover"
 	}
-	return fmt.Sprintf("go run ./chaos -seed %d -duration %s -events %d -relays %d -producers %d -lease %s -publish-timeout %s -batch %d -concurrency %d -max-attempts %d -fault-every %s -pg-restarts %d -poison %d",
-		o.seed, o.duration, o.events, o.relays, o.producers, o.lease, o.publishTimeout, o.batch, o.concurrency, o.maxAttempts, o.faultEvery, o.pgRestarts, o.poison) + failover
+	if o.pgbouncer {
+		extra += " -pgbouncer"
+	}
+	return fmt.Sprintf("go run ./chaos -seed %d -duration %s -events %d -relays %d -producers %d -lease %s -publish-timeout %s -batch %d -concurrency %d -max-attempts %d -fault-every %s -pg-restarts %d -poison %d%s",
+		o.seed, o.duration, o.events, o.relays, o.producers, o.lease, o.publishTimeout, o.batch, o.concurrency, o.maxAttempts, o.faultEvery, o.pgRestarts, o.poison, extra)
 }
 
 func summary(fg *figures) string {
@@ -51,6 +54,9 @@ func summary(fg *figures) string {
 	p("  seed                     %d", o.seed)
 	p("  reproduce                %s", reproduce(o))
 	p("  setup                    %d relay processes (pgoutbox run --publisher http, role %s), %d producers (role %s),", o.relays, relayUser, o.producers, producerUser)
+	if o.pgbouncer {
+		p("                           producers and relays through PgBouncer %s (transaction mode), relays' LISTEN direct", fg.pgbouncerVersion)
+	}
 	p("                           lease %s, publish timeout %s, batch %d, concurrency %d, max attempts %d; PostgreSQL %s, %s, %d CPUs",
 		o.lease, o.publishTimeout, o.batch, o.concurrency, o.maxAttempts, fg.pgVersion, runtime.Version(), runtime.NumCPU())
 	p("  fault window             %s; whole run %s", fg.faultWindow, fg.total.Round(time.Second))

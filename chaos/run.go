@@ -15,33 +15,35 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgbouncer"
 	"github.com/pgoutbox/pgoutbox/internal/pgcluster"
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 )
 
 // figures is everything the report prints.
 type figures struct {
-	o            options
-	res          *Result
-	roles        []roleCheck
-	faults       map[string]int
-	exits        []exitInfo
-	slow, badSig int
-	poisonKills  int
-	drain        time.Duration
-	drained      bool
-	total        time.Duration
-	faultWindow  time.Duration
-	rolledBackTx int
-	rbEvents     int
-	uncertain    int
-	prodErrors   int64
-	secretHits   map[string]int
-	permDenied   int
-	logWarnings  map[string]int
-	pgVersion    string
-	auditRows    int
-	failover     *failoverFigures // failover runs
+	o                options
+	res              *Result
+	roles            []roleCheck
+	faults           map[string]int
+	exits            []exitInfo
+	slow, badSig     int
+	poisonKills      int
+	drain            time.Duration
+	drained          bool
+	total            time.Duration
+	faultWindow      time.Duration
+	rolledBackTx     int
+	rbEvents         int
+	uncertain        int
+	prodErrors       int64
+	secretHits       map[string]int
+	permDenied       int
+	logWarnings      map[string]int
+	pgVersion        string
+	pgbouncerVersion string
+	auditRows        int
+	failover         *failoverFigures // failover runs
 }
 
 func run(ctx context.Context, o options) (*Result, error) {
@@ -103,7 +105,24 @@ func run(ctx context.Context, o options) (*Result, error) {
 	// Relays reach PostgreSQL through a TCP proxy, so that a blackhole
 	// fault can freeze their open connections (no byte forwarded, sockets
 	// left open) while new connections still work.
-	proxy, err := tcpproxy.New(fmt.Sprintf("127.0.0.1:%d", cl.Port()), nil)
+	// -pgbouncer: relays -> proxy -> PgBouncer -> server; producers ->
+	// PgBouncer; relays' LISTEN -> server.
+	proxyTarget := fmt.Sprintf("127.0.0.1:%d", cl.Port())
+	var bouncerVersion string
+	if o.pgbouncer {
+		say("starting a throwaway PgBouncer (transaction mode)")
+		bn, err := pgbouncer.Start(ctx, pgbouncer.Options{
+			TargetPort: cl.Port(), PoolSize: 20, Users: []string{relayUser, producerUser},
+			Passwords: map[string]string{relayUser: e.relayPass, producerUser: e.producePass},
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer bn.Stop() //nolint:errcheck
+		proxyTarget, e.bouncerPort = bn.Addr(), bn.Port()
+		bouncerVersion = bn.Version()
+	}
+	proxy, err := tcpproxy.New(proxyTarget, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +168,7 @@ func run(ctx context.Context, o options) (*Result, error) {
 
 	env := append(os.Environ(), "PGOUTBOX_HTTP_SECRET="+secret)
 	fl, err = newFleet(o.relays, bin, tmp, env, func(slot, owner string) []string {
-		return []string{"run", "--publisher", "http",
+		args := []string{"run", "--publisher", "http",
 			"--http-url", target + "/r/" + slot,
 			"--database-url", e.relayURL(owner),
 			"--owner", owner,
@@ -169,6 +188,10 @@ func run(ctx context.Context, o options) (*Result, error) {
 			"--stats-interval", "5s",
 			"--log-format", "json",
 		}
+		if o.pgbouncer {
+			args = append(args, "--listen-url", e.listenURL(owner))
+		}
+		return args
 	})
 	if err != nil {
 		return nil, err
@@ -294,7 +317,7 @@ loop:
 
 	fg := &figures{o: o, res: res, roles: roles, faults: map[string]int{}, exits: fl.allExits(), slow: slow, badSig: badSig,
 		poisonKills: poisonKills, drained: drained, total: time.Since(began), faultWindow: o.duration,
-		rolledBackTx: rbTx, rbEvents: rbEvents, uncertain: uncertain, prodErrors: prod.errors.Load(), pgVersion: pgVersion,
+		rolledBackTx: rbTx, rbEvents: rbEvents, uncertain: uncertain, prodErrors: prod.errors.Load(), pgVersion: pgVersion, pgbouncerVersion: bouncerVersion,
 		auditRows: auditRows}
 	if drained {
 		fg.drain = drainAt.Sub(lastFault)

@@ -39,6 +39,14 @@ type env struct {
 	// in front of it.
 	standby          *pgcluster.Cluster
 	standbyRelayPort int
+	bouncerPort      int // PgBouncer producers connect to (-pgbouncer); 0 = none
+}
+
+// listenURL is the relays' direct LISTEN connection (-pgbouncer: the pool
+// goes through the proxy and PgBouncer, LISTEN straight to the server).
+func (e *env) listenURL(app string) string {
+	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=%s",
+		relayUser, e.relayPass, e.cluster.Port(), chaosDB, app)
 }
 
 func (e *env) relayURL(app string) string {
@@ -51,6 +59,12 @@ func (e *env) relayURL(app string) string {
 }
 
 func (e *env) producerURL() string {
+	if e.bouncerPort != 0 {
+		// An application behind PgBouncer before 1.21 must not use pgx's
+		// named statement cache (docs/cli.md, Behind PgBouncer).
+		return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&application_name=producer&default_query_exec_mode=cache_describe",
+			producerUser, e.producePass, e.bouncerPort, chaosDB)
+	}
 	return fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable&application_name=producer%s",
 		producerUser, e.producePass, e.hosts(e.cluster.Port(), e.standbyPort()), chaosDB, e.sessionAttrs())
 }
@@ -213,7 +227,13 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 		return nil, fmt.Errorf("connect as %s: %w", producerUser, err)
 	}
 	defer prod.Close(ctx)
-	relay, err := pgx.Connect(ctx, e.relayURL("role-check"))
+	// Behind PgBouncer (-pgbouncer) the relay's LISTEN needs its direct
+	// connection, as the relays' --listen-url.
+	relayCheck := e.relayURL("role-check")
+	if e.bouncerPort != 0 {
+		relayCheck = e.listenURL("role-check")
+	}
+	relay, err := pgx.Connect(ctx, relayCheck)
 	if err != nil {
 		return nil, fmt.Errorf("connect as %s: %w", relayUser, err)
 	}

@@ -140,7 +140,7 @@ func TestBadInput_SQLShapedStringsRoundTripLiterally(t *testing.T) {
 		return rec.Publish(ctx, m)
 	})
 	_, stop := b.start(t, pub, fast(dispatcher.Config{}))
-	waitFor(t, 10*time.Second, "every event published", func() bool { return b.count(t, "status = 'done'") == len(want)+len(before) })
+	waitFor(t, 30*time.Second, "every event published", func() bool { return b.count(t, "status = 'done'") == len(want)+len(before) })
 	stop()
 	close(got)
 	seen := 0
@@ -208,7 +208,7 @@ func TestBadInput_UnknownStatusWrittenByHandIsRefused(t *testing.T) {
 	// And the dispatcher still delivers them.
 	rec := newRecorder(nil)
 	b.start(t, rec, fast(dispatcher.Config{}))
-	waitFor(t, 10*time.Second, "delivery", func() bool { return b.count(t, "status = 'done'") == 3 })
+	waitFor(t, 30*time.Second, "delivery", func() bool { return b.count(t, "status = 'done'") == 3 })
 }
 
 // Negative durations are refused naming the field; zero means the
@@ -314,11 +314,11 @@ func TestBadInput_DatabaseWithoutTheSchema(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(runCtx) }()
-	waitFor(t, 10*time.Second, "the first publish", func() bool { return d.Stats().Published > 0 })
+	waitFor(t, 30*time.Second, "the first publish", func() bool { return d.Stats().Published > 0 })
 	if _, err := pool.Exec(ctx, "DROP TABLE outbox CASCADE"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "database errors counted", func() bool { return d.Stats().DBErrors >= 2 })
+	waitFor(t, 30*time.Second, "database errors counted", func() bool { return d.Stats().DBErrors >= 2 })
 	// Backoff, not a hot loop: far fewer errors than claim attempts a spin would make.
 	time.Sleep(time.Second)
 	if n := d.Stats().DBErrors; n > 40 {
@@ -359,7 +359,7 @@ func TestBadInput_ReceiverURLThatDoesNotResolve(t *testing.T) {
 
 	b.start(t, pub, fast(dispatcher.Config{PublishTimeout: 4 * time.Second, Lease: 10 * time.Second,
 		BackoffBase: time.Minute, BackoffCap: time.Minute, MaxAttempts: 5}))
-	waitFor(t, 20*time.Second, "the message rescheduled", func() bool {
+	waitFor(t, 30*time.Second, "the message rescheduled", func() bool {
 		s := b.state(t, ids[0])
 		return s.Status == "pending" && s.Attempts == 1
 	})

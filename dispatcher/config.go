@@ -183,9 +183,21 @@ type Config struct {
 	WakeWindow time.Duration
 
 	// DisableListen turns the LISTEN/NOTIFY wake-up off (for example behind
-	// PgBouncer in transaction mode, where LISTEN does not work).
-	// Defaults to false.
+	// PgBouncer in transaction mode, where LISTEN does not work, when no
+	// direct connection is available for ListenURL). Defaults to false.
 	DisableListen bool
+
+	// ListenURL, when set, is the PostgreSQL URL (or keyword/value string)
+	// of the dedicated LISTEN connection, in place of the pool's connection
+	// settings. Behind PgBouncer in transaction mode, point the pool at the
+	// pooler and ListenURL at the server itself (or at a session-mode
+	// pooler): LISTEN registers on the server connection that ran it, which
+	// a transaction-mode pooler hands to other clients, so notifications
+	// would never arrive and only polling would find new messages. The
+	// connection is one per dispatcher, idle except for notifications and a
+	// ping every ListenPing, and is dialed with the pool's DialFunc. Ignored
+	// with DisableListen. Defaults to "": the pool's connection settings.
+	ListenURL string
 
 	// Table is the outbox table, for a table created by `pgoutbox init
 	// --table` under another name; every query and the NOTIFY channel follow

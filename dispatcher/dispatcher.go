@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -22,6 +23,8 @@ import (
 type Dispatcher struct {
 	pool    *pgxpool.Pool
 	q       *db.Queries
+	plain   customPlans     // the pool without table renaming (CheckTable)
+	listenC *pgx.ConnConfig // Config.ListenURL parsed; nil: the pool's settings
 	pub     Publisher
 	cfg     Config
 	log     *slog.Logger
@@ -64,6 +67,17 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
+	var listenC *pgx.ConnConfig
+	if cfg.ListenURL != "" && !cfg.DisableListen {
+		if listenC, err = pgx.ParseConfig(cfg.ListenURL); err != nil {
+			return nil, fmt.Errorf("%w: ListenURL: %v", ErrInvalidConfig, err)
+		}
+		// The pool's dialer (for example Dialer's keepalive settings)
+		// dials the listen connection as well.
+		if dial := pool.Config().ConnConfig.DialFunc; dial != nil {
+			listenC.DialFunc = dial
+		}
+	}
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
@@ -76,6 +90,8 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		pool:        pool,
 		q:           db.New(dbtx),
+		plain:       newCustomPlans(pool, nil),
+		listenC:     listenC,
 		pub:         pub,
 		cfg:         cfg,
 		log:         newTraceLogger(cfg.Logger).With(slog.String("owner", cfg.Owner)),
@@ -297,6 +313,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		// commit that skipped its NOTIFY (another commit was notifying) is
 		// claimed soon.
 		wait := d.cfg.PollInterval
+		inWindow := false
 		if hot := d.hotUntil.Load(); hot > 0 {
 			if rest := time.Duration(hot) - time.Since(d.epoch); rest > 0 {
 				if hot != hotSeen {
@@ -305,7 +322,11 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 				wait = min(wait, hotStep, rest)
 				hotStep = min(2*hotStep, d.cfg.PollInterval)
 				d.metrics.hotPolls.Add(1)
+				inWindow = true
 			}
+		}
+		if !inWindow {
+			d.metrics.idleWaits.Add(1)
 		}
 		if !poll.Stop() {
 			select {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
@@ -32,6 +33,15 @@ func TestDispatchers_FourShareTheTableAndPublishEachMessageOnce(t *testing.T) {
 		ds = append(ds, d)
 	}
 	waitFor(t, 60*time.Second, "1000 done", func() bool { return b.count(t, "status = 'done'") == 1000 })
+	// The counters move once each finalize statement has returned, just
+	// after its rows are visible.
+	waitFor(t, 30*time.Second, "1000 counted published", func() bool {
+		var n int64
+		for _, d := range ds {
+			n += d.Stats().Published
+		}
+		return n >= 1000
+	})
 	for _, id := range ids {
 		if n := rec.count(id); n != 1 {
 			t.Fatalf("message %d published %d times, want 1", id, n)
@@ -55,10 +65,23 @@ func TestSlowPublisher_TakeoverFencesTheStaleFinalize(t *testing.T) {
 	b := setup(t)
 	id := b.enqueue(t, 1, "a", false)[0]
 	var first atomic.Bool
+	takenOver := make(chan struct{})
 	slowOnce := func(ctx context.Context, m dispatcher.Message) error {
 		if first.CompareAndSwap(false, true) {
-			time.Sleep(1500 * time.Millisecond) // longer than the lease, ignoring ctx
+			// Longer than the lease, ignoring ctx (like a GC pause): it
+			// returns only once the other dispatcher has taken the message
+			// over, published it and finalized it.
+			<-takenOver
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+				var done bool
+				if err := b.pool.QueryRow(context.Background(), "SELECT status = 'done' FROM outbox WHERE id = $1", m.OutboxID).Scan(&done); err == nil && done {
+					break
+				}
+				time.Sleep(5 * time.Millisecond) // polling a condition
+			}
+			return nil
 		}
+		close(takenOver)
 		return nil
 	}
 	rec := newRecorder(slowOnce)
@@ -67,10 +90,10 @@ func TestSlowPublisher_TakeoverFencesTheStaleFinalize(t *testing.T) {
 	cfg := fast(dispatcher.Config{Lease: 500 * time.Millisecond, PublishTimeout: 200 * time.Millisecond,
 		OnLeaseLost: func(id, v int64) { lostMu.Lock(); lost = append(lost, id); lostMu.Unlock() }})
 	a, _ := b.start(t, rec, cfg)
-	waitFor(t, 5*time.Second, "A to start the slow publish", first.Load)
+	waitFor(t, 30*time.Second, "A to start the slow publish", first.Load)
 	bd, _ := b.start(t, rec, cfg)
-	waitFor(t, 10*time.Second, "two publishes", func() bool { return rec.count(id) == 2 })
-	waitFor(t, 10*time.Second, "the stale finalize to be rejected", func() bool {
+	waitFor(t, 30*time.Second, "two publishes", func() bool { return rec.count(id) == 2 })
+	waitFor(t, 30*time.Second, "the stale finalize to be rejected", func() bool {
 		lostMu.Lock()
 		defer lostMu.Unlock()
 		return len(lost) == 1
@@ -81,6 +104,7 @@ func TestSlowPublisher_TakeoverFencesTheStaleFinalize(t *testing.T) {
 	if got := a.Stats().LeaseLost + bd.Stats().LeaseLost; got != 1 {
 		t.Fatalf("lease lost = %d, want 1", got)
 	}
+	waitFor(t, 30*time.Second, "the takeover's finalize counted", func() bool { return a.Stats().Published+bd.Stats().Published >= 1 })
 	if got := a.Stats().Published + bd.Stats().Published; got != 1 {
 		t.Fatalf("finalized done = %d, want exactly 1", got)
 	}
@@ -91,26 +115,44 @@ func TestHeartbeat_KeepsALongPublishFromBeingTakenOver(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id := b.enqueue(t, 1, "a", false)[0]
-	slow := func(ctx context.Context, m dispatcher.Message) error {
-		select {
-		case <-time.After(1500 * time.Millisecond): // three leases long
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+	ctx := context.Background()
+	// The publish lasts until the database clock is past twice the lease
+	// it was claimed with: without extensions, the other dispatcher (which
+	// looks for expired leases every 10ms) would have taken it over. The
+	// lease is 3s and the heartbeat every 100ms, so an extension may be
+	// late by seconds on a busy machine and still arrive in time.
+	slow := func(pctx context.Context, m dispatcher.Message) error {
+		var until time.Time
+		if err := b.pool.QueryRow(ctx, `SELECT lease_until + (lease_until - now()) FROM outbox WHERE id = $1`, m.OutboxID).Scan(&until); err != nil {
+			return err
+		}
+		for {
+			var past bool
+			if err := b.pool.QueryRow(ctx, `SELECT now() > $1`, until).Scan(&past); err != nil {
+				return err
+			}
+			if past {
+				return nil
+			}
+			select {
+			case <-pctx.Done():
+				return pctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 	rec := newRecorder(slow)
-	cfg := fast(dispatcher.Config{Lease: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PublishTimeout: 5 * time.Second})
+	cfg := fast(dispatcher.Config{Lease: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, PublishTimeout: 30 * time.Second})
 	a, _ := b.start(t, rec, cfg)
 	c, _ := b.start(t, rec, cfg)
-	waitFor(t, 10*time.Second, "done", func() bool { return b.state(t, id).Status == "done" })
+	waitFor(t, 60*time.Second, "done", func() bool { return b.state(t, id).Status == "done" })
 	if n := rec.count(id); n != 1 {
 		t.Fatalf("published %d times, want 1", n)
 	}
 	if s := b.state(t, id); s.Attempts != 1 {
 		t.Fatalf("attempts = %d, want 1 (never taken over)", s.Attempts)
 	}
-	if hb := a.Stats().Heartbeats + c.Stats().Heartbeats; hb < 5 {
+	if hb := a.Stats().Heartbeats + c.Stats().Heartbeats; hb < 2 {
 		t.Fatalf("heartbeats = %d, want the lease extended repeatedly", hb)
 	}
 }
@@ -127,7 +169,7 @@ func TestHeartbeat_LostLeaseCancelsThePublish(t *testing.T) {
 		return ctx.Err()
 	})
 	_, _ = b.start(t, pub, fast(dispatcher.Config{Lease: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, PublishTimeout: 30 * time.Second}))
-	waitFor(t, 5*time.Second, "claim", func() bool { return b.state(t, id).Status == "processing" })
+	waitFor(t, 30*time.Second, "claim", func() bool { return b.state(t, id).Status == "processing" })
 	// Another worker takes the lease over.
 	if _, err := b.pool.Exec(context.Background(), `UPDATE outbox SET lease_version = lease_version + 1 WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
@@ -182,7 +224,7 @@ func TestOutcomes_EachClassLandsInTheRightState(t *testing.T) {
 			id := b.enqueue(t, 1, "a", false)[0]
 			pub := dispatcher.PublisherFunc(func(ctx context.Context, m dispatcher.Message) error { return c.err(m.Attempt) })
 			_, stop := b.start(t, pub, fast(c.cfg))
-			waitFor(t, 10*time.Second, c.want.Status, func() bool {
+			waitFor(t, 30*time.Second, c.want.Status, func() bool {
 				s := b.state(t, id)
 				return s.Status == c.want.Status && s.Attempts == c.want.Attempts && s.LastError == c.want.LastError
 			})
@@ -217,7 +259,7 @@ func TestPanicAndUnclassified_TreatedAsCrashOfThatMessage(t *testing.T) {
 				return nil
 			})
 			d, _ := b.start(t, pub, fast(dispatcher.Config{Lease: 300 * time.Millisecond, PublishTimeout: 100 * time.Millisecond}))
-			waitFor(t, 10*time.Second, "all done", func() bool { return b.count(t, "status = 'done'") == 3 })
+			waitFor(t, 30*time.Second, "all done", func() bool { return b.count(t, "status = 'done'") == 3 })
 			if s := b.state(t, bad); s.Attempts != 2 {
 				t.Fatalf("bad message attempts = %d, want 2 (crash, then recovered)", s.Attempts)
 			}
@@ -267,7 +309,7 @@ func TestClaimAll_OrderedAndUnorderedInOneDispatcher(t *testing.T) {
 	b.enqueue(t, 20, "free-agg", false)
 	rec := newRecorder(nil)
 	b.start(t, rec, fast(dispatcher.Config{}))
-	waitFor(t, 20*time.Second, "all done", func() bool { return b.count(t, "status = 'done'") == 40 })
+	waitFor(t, 30*time.Second, "all done", func() bool { return b.count(t, "status = 'done'") == 40 })
 }
 
 // With the poll interval at an hour, only NOTIFY can wake an idle dispatcher.
@@ -275,11 +317,11 @@ func TestNotify_WakesAnIdleDispatcher(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rec := newRecorder(nil)
-	d, _ := b.start(t, rec, fast(dispatcher.Config{PollInterval: time.Hour}))
-	time.Sleep(300 * time.Millisecond) // let it claim nothing and go idle
+	d, _ := b.start(t, rec, fast(dispatcher.Config{PollInterval: time.Hour, WakeWindow: 10 * time.Millisecond}))
+	waitIdleAndListening(t, d)
 	start := time.Now()
 	id := b.enqueue(t, 1, "a", false)[0]
-	waitFor(t, 10*time.Second, "publish after NOTIFY", func() bool { return rec.count(id) == 1 })
+	waitFor(t, 30*time.Second, "publish after NOTIFY", func() bool { return rec.count(id) == 1 })
 	if d.Stats().Notifications == 0 {
 		t.Fatal("no notification was received")
 	}
@@ -296,9 +338,25 @@ func TestNotify_SkippedNotifyIsClaimedInsideTheWakeWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rec := newRecorder(nil)
-	d, _ := b.start(t, rec, fast(dispatcher.Config{PollInterval: time.Hour}))
+	// The wake window is long here: the test's own commit follows the
+	// notification by however long a busy machine takes to run the next
+	// few statements, and it must land inside the window. The claims inside
+	// the window come at doubling intervals, so a commit that lands T after
+	// the notification is claimed by about 2T.
+	d, _ := b.start(t, rec, fast(dispatcher.Config{PollInterval: time.Hour, WakeWindow: 30 * time.Second}))
 	ctx := context.Background()
-	time.Sleep(300 * time.Millisecond) // let it claim nothing and go idle
+	// Listening (the wake window its connect opened restarts at the
+	// stand-in's notification below).
+	waitFor(t, 30*time.Second, "LISTEN registered", func() bool { return d.Stats().Listens > 0 })
+	// The test listens too, to see every notification sent from here on.
+	watch, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
+	if _, err := watch.Exec(ctx, "LISTEN outbox"); err != nil {
+		t.Fatal(err)
+	}
 
 	// The concurrent notifier: holds the gate while "committing" ...
 	gate, err := b.pool.Begin(ctx)
@@ -315,14 +373,31 @@ func TestNotify_SkippedNotifyIsClaimedInsideTheWakeWindow(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, "SELECT pg_notify('outbox', '')"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "notification received", func() bool { return d.Stats().Notifications > before })
+	waitFor(t, 30*time.Second, "notification received", func() bool { return d.Stats().Notifications > before })
 	// ... then this commit lands, skipping its own NOTIFY at the held gate.
 	id := b.enqueue(t, 1, "w", false)[0]
 	start := time.Now()
-	waitFor(t, 10*time.Second, "publish of the commit that skipped its NOTIFY", func() bool { return rec.count(id) == 1 })
+	waitFor(t, 30*time.Second, "publish of the commit that skipped its NOTIFY", func() bool { return rec.count(id) == 1 })
 	t.Logf("commit to publish: %s", time.Since(start))
-	time.Sleep(200 * time.Millisecond)
-	if got := d.Stats().Notifications - before; got != 1 {
+	// Notifications arrive in commit order: a marker sent now comes after
+	// any the commit sent. Everything before the marker is counted.
+	if _, err := b.pool.Exec(ctx, "SELECT pg_notify('outbox', 'end-of-test')"); err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := watch.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("waiting for the marker notification: %v", err)
+		}
+		if n.Payload == "end-of-test" {
+			break
+		}
+		got++
+	}
+	if got != 1 {
 		t.Fatalf("%d notifications, want only the stand-in's (the commit must have skipped its own)", got)
 	}
 	if d.Stats().WakePolls == 0 {
@@ -347,8 +422,19 @@ func TestShutdown_HandsBackUnstartedClaimsImmediately(t *testing.T) {
 	})
 	_, stop := b.start(t, pub, fast(dispatcher.Config{Batch: 10, Concurrency: 1, Lease: time.Hour, PublishTimeout: time.Minute}))
 	<-started
-	waitFor(t, 5*time.Second, "10 claimed", func() bool { return b.count(t, "status = 'processing'") == 10 })
-	go func() { time.Sleep(200 * time.Millisecond); close(release) }()
+	waitFor(t, 30*time.Second, "10 claimed", func() bool { return b.count(t, "status = 'processing'") == 10 })
+	// The publish in flight finishes only once shutdown has handed the 9
+	// others back: it is still running when shutdown starts.
+	go func() {
+		defer close(release)
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			var n int
+			if err := b.pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE status = 'pending'").Scan(&n); err != nil || n == 9 {
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // polling a condition
+		}
+	}()
 	stop()
 	if n := b.count(t, "status = 'done'"); n != 1 {
 		t.Fatalf("done = %d, want the 1 publish in flight finished and finalized", n)
@@ -370,7 +456,7 @@ func TestDroppedConnections_LoseNothing(t *testing.T) {
 		return nil
 	})
 	d, _ := b.start(t, rec, fast(dispatcher.Config{Batch: 10, Lease: 2 * time.Second, PublishTimeout: 500 * time.Millisecond}))
-	waitFor(t, 10*time.Second, "some progress", func() bool { return rec.published() > 50 })
+	waitFor(t, 30*time.Second, "some progress", func() bool { return rec.published() > 50 })
 	ctx := context.Background()
 	var dbname string
 	if err := b.pool.QueryRow(ctx, "SELECT current_database()").Scan(&dbname); err != nil {
@@ -382,9 +468,21 @@ func TestDroppedConnections_LoseNothing(t *testing.T) {
 			WHERE datname = $1 AND pid <> pg_backend_pid()`, dbname); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		// The next kill (and the test's own queries, on the same pool) after
+		// the dispatcher has met the dead connections, reconnected and made
+		// progress again.
+		done := rec.published()
+		waitFor(t, 30*time.Second, "progress after the kill", func() bool { return rec.published() > done+20 })
 	}
-	waitFor(t, 60*time.Second, "all 1000 done", func() bool { return b.count(t, "status = 'done'") == 1000 })
+	// Counted on the killer's connection: the test pool may still hold
+	// connections that were killed and that nobody has used since.
+	waitFor(t, 60*time.Second, "all 1000 done", func() bool {
+		var n int
+		if err := killer.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE status = 'done'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1000
+	})
 	if d.Stats().DBErrors == 0 {
 		t.Log("note: no database error was observed by the dispatcher")
 	}

@@ -71,7 +71,12 @@ func (b *bundle) start(t *testing.T, pub dispatcher.Publisher, cfg dispatcher.Co
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger(t)
 	}
-	d, err := dispatcher.New(b.pool, pub, cfg)
+	// The dispatcher gets a pool of its own: a connection whose statement
+	// the dispatcher cancelled (a timeout on a busy machine) can come back
+	// unusable ("i/o timeout"), which the dispatcher retries but a test
+	// helper reading through the same pool would take for a failure.
+	pool := pgtest.Pool(t, b.url)
+	d, err := dispatcher.New(pool, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +111,17 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// waitIdleAndListening waits until d's LISTEN is registered and its claimer
+// has since begun an idle wait of a full PollInterval (outside the wake
+// window that every LISTEN connect opens): from then on only a
+// notification, or the poll interval, makes it claim again.
+func waitIdleAndListening(t *testing.T, d *dispatcher.Dispatcher) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "LISTEN registered", func() bool { return d.Stats().Listens > 0 })
+	idle := d.Stats().IdleWaits
+	waitFor(t, 30*time.Second, "the claimer idle after the wake window", func() bool { return d.Stats().IdleWaits > idle })
 }
 
 func (b *bundle) count(t *testing.T, where string, args ...any) int {

@@ -38,6 +38,9 @@ func (d *Dispatcher) listen(ctx context.Context) {
 
 func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	cfg := d.pool.Config().ConnConfig.Copy()
+	if d.listenC != nil {
+		cfg = d.listenC.Copy()
+	}
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	cancel()
@@ -60,6 +63,9 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	}
 	d.log.Debug("listening", slog.String("channel", d.cfg.Channel))
 	d.notified()
+	// Counted after the wake-up is armed: whoever sees Stats().Listens move
+	// knows LISTEN is registered and the claimer has been asked to claim.
+	d.metrics.listens.Add(1)
 	for {
 		// Wait at most ListenPing for a notification, then check that the
 		// server still answers: a connection that silently stopped

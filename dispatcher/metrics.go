@@ -31,6 +31,8 @@ type Stats struct {
 	Heartbeats    int64 // lease extensions
 	Notifications int64 // NOTIFY wake-ups received
 	WakePolls     int64 // short idle waits inside a wake window (Config.WakeWindow)
+	IdleWaits     int64 // idle waits of a full PollInterval (outside a wake window), counted as each begins
+	Listens       int64 // times LISTEN was registered on the listen connection (first connect and reconnects)
 	DBErrors      int64 // transient database errors retried
 	Flushes       int64 // batched finalize statements
 	Isolations    int64 // claims that failed and fell back to the isolation path
@@ -76,6 +78,7 @@ type metrics struct {
 	outcomeAttrs                                                                                                  [numOutcomes]metric.AddOption
 	publishAttrs                                                                                                  [2]metric.RecordOption // ok=false, ok=true (built once: no allocation per publish)
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable, requeued atomic.Int64
+	idleWaits, listens                                                                                            atomic.Int64
 
 	mu    sync.Mutex
 	queue QueueStats
@@ -218,6 +221,7 @@ func (d *Dispatcher) Stats() Stats {
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
 		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(),
 		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),
+		IdleWaits: m.idleWaits.Load(), Listens: m.listens.Load(),
 		Queue: m.queueStats(),
 	}
 }

@@ -26,8 +26,9 @@ func TestPlans_QueriesKeepUsingIndexesAfterTheTableWasAnalyzedEmpty(t *testing.T
 	rec := newRecorder(nil)
 	d, _ := b.start(t, rec, fast(dispatcher.Config{PollInterval: 5 * time.Millisecond, Batch: 20, StatsInterval: -1}))
 	// Well over the five executions after which PostgreSQL considers a
-	// generic plan, on the empty table.
-	time.Sleep(300 * time.Millisecond)
+	// generic plan, on the empty table: each idle wait follows a claim
+	// pass that found nothing.
+	waitFor(t, 30*time.Second, "20 empty claim passes", func() bool { return d.Stats().IdleWaits+d.Stats().WakePolls >= 20 })
 	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, done_at)
 SELECT 'order', 'old-' || g, 'OrderPlaced', '{}', 'done', now() FROM generate_series(1, 50000) AS g`); err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ SELECT 'order', 'old-' || g, 'OrderPlaced', '{}', 'done', now() FROM generate_se
 	for i := 0; i < 20; i++ {
 		ids = append(ids, b.enqueue(t, 10, "a", false)...)
 	}
-	waitFor(t, 20*time.Second, "200 published and finalized", func() bool { return d.Stats().Published == int64(len(ids)) })
+	waitFor(t, 30*time.Second, "200 published and finalized", func() bool { return d.Stats().Published == int64(len(ids)) })
 	for _, id := range ids {
 		if rec.count(id) != 1 {
 			t.Fatalf("message %d published %d times", id, rec.count(id))

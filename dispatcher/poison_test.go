@@ -76,7 +76,10 @@ func TestPoisonMessage_DiesAloneAndSparesItsBatchMates(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
 			crashes++
-			time.Sleep(350 * time.Millisecond) // the crashed relay's leases run out
+			// The crashed relay's leases run out (database clock).
+			waitFor(t, 30*time.Second, "the crashed relay's leases to expire", func() bool {
+				return b.count(t, "status = 'processing' AND lease_until >= now()") == 0
+			})
 			continue
 		}
 		if err != nil {

@@ -163,7 +163,7 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	// must not hold Run at its start.
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	defer cancel()
-	err := CheckTable(cctx, d.pool, d.cfg.Table, d.cfg.Schema, d.cfg.DisableListen)
+	err := CheckTable(cctx, d.plain, d.cfg.Table, d.cfg.Schema, d.cfg.DisableListen)
 	if err != nil && !errors.Is(err, ErrOutboxTable) && !errors.Is(err, ErrInvalidConfig) {
 		d.log.Warn("cannot check the outbox table at start; continuing", "error", err)
 		return nil

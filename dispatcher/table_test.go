@@ -92,7 +92,7 @@ func TestDispatcher_RenamedTableInSchemaDelivers(t *testing.T) {
 	if m := <-got; m.OutboxID != id || m.EventType != "Hired" {
 		t.Fatalf("published %+v, want id %d", m, id)
 	}
-	waitFor(t, 10*time.Second, "the renamed row done", func() bool {
+	waitFor(t, 30*time.Second, "the renamed row done", func() bool {
 		var s string
 		_ = b.pool.QueryRow(ctx, "SELECT status FROM hr.hr_outbox WHERE id = $1", id).Scan(&s)
 		return s == "done"

@@ -238,7 +238,7 @@ func TestClaim_ExpiredLeaseIsReclaimedAlone(t *testing.T) {
 	b := setup(t)
 	b.seed(t, 5, "a")
 	first := b.claim(t, "crashy", 2, 50*time.Millisecond, 12) // dies holding 2
-	time.Sleep(100 * time.Millisecond)
+	b.waitLeasesExpired(t)
 	got := b.claim(t, "w", 10, time.Minute, 12)
 	if len(got) != 1 || got[0].ID != first[0].ID || got[0].Attempts != 2 {
 		t.Fatalf("claim after expiry = %+v, want only message %d at attempts 2", got, first[0].ID)
@@ -358,7 +358,7 @@ func TestMonitoring_SeedQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.markDone(t, cs[2])
-	time.Sleep(100 * time.Millisecond)
+	b.waitLeasesExpired(t)
 
 	counts, err := b.q.OutboxCountByStatus(ctx)
 	if err != nil {
@@ -405,7 +405,7 @@ func TestClaim_RecoverExpiredFalseSkipsExpiredLeases(t *testing.T) {
 	b := setup(t)
 	b.seed(t, 3, "a")
 	first := b.claim(t, "crashy", 1, 50*time.Millisecond, 12)
-	time.Sleep(100 * time.Millisecond)
+	b.waitLeasesExpired(t)
 	rows, err := b.q.OutboxClaim(context.Background(), db.OutboxClaimParams{
 		Owner: "busy", Batch: 10, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: false,
 	})

@@ -65,6 +65,27 @@ type claimed struct {
 	Owner        string // the lease_owner the claim wrote: with LeaseVersion, the fencing token
 }
 
+// waitLeasesExpired waits until every lease in the table has run out on the
+// database clock (the test's workers "died" holding them).
+func (b *bundle) waitLeasesExpired(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var live int
+		if err := b.pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM outbox WHERE status = 'processing' AND lease_until >= now()`).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		if live == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d leases still live after 30s", live)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the condition
+	}
+}
+
 func (b *bundle) claim(t *testing.T, owner string, batch int, lease time.Duration, maxAttempts int) []claimed {
 	t.Helper()
 	rows, err := claimWith(context.Background(), b.q, owner, batch, lease, maxAttempts)

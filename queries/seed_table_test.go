@@ -170,7 +170,7 @@ func TestCrashedWorker_LeaseExpiresAndStaleFinalizeIsFenced(t *testing.T) {
 	if got := b.claim(t, "B", 10, 30*time.Second, 12); len(got) != 0 {
 		t.Fatalf("B claimed %v during A's lease", got)
 	}
-	time.Sleep(300 * time.Millisecond)
+	b.waitLeasesExpired(t)
 	bs := b.claim(t, "B", 10, 30*time.Second, 12)
 	if len(bs) != 1 {
 		t.Fatalf("B claimed %d after expiry, want 1", len(bs))
@@ -197,7 +197,7 @@ func TestExpiredLeaseNotTakenOver_OriginalFinalizeSucceeds(t *testing.T) {
 	b := setup(t)
 	b.seed(t, 1, "a")
 	as := b.claim(t, "A", 10, 100*time.Millisecond, 12)
-	time.Sleep(200 * time.Millisecond)
+	b.waitLeasesExpired(t)
 	if !b.markDone(t, as[0]) {
 		t.Fatal("MarkDone after expiry without takeover should succeed")
 	}
@@ -295,7 +295,7 @@ func TestClaimWithoutFinalizeThreeTimes_ReapedDeadAtMaxAttempts(t *testing.T) {
 		if len(got) != 1 || got[0].Attempts != int32(i) {
 			t.Fatalf("crash %d: claimed %+v, want the message at attempts %d", i, got, i)
 		}
-		time.Sleep(100 * time.Millisecond) // the worker died; its lease runs out
+		b.waitLeasesExpired(t) // the worker died; its lease runs out
 	}
 	if got := b.claim(t, "w", 10, time.Minute, 3); len(got) != 0 {
 		t.Fatalf("claimed again after max attempts: %+v", got)

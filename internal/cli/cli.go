@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/buildinfo"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 )
 
@@ -97,6 +98,7 @@ func commands() []command {
 		{"init", "write the migrations and queries for your own table name into your sqlc project", (*app).initCmd},
 		{"enqueue", "insert one event (for tests and manual replays)", (*app).enqueue},
 		{"ui", "serve the web console (overview, messages, dead letters, blocked aggregates)", (*app).ui},
+		{"version", "print the version, commit and Go version of this build", (*app).version},
 	}
 }
 
@@ -113,6 +115,8 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		}
 		a.topUsage(a.stdout)
 		return nil
+	case "--version", "-version":
+		return a.version(ctx, args[1:])
 	}
 	var group []command
 	for _, c := range commands() {
@@ -174,6 +178,7 @@ Run 'pgoutbox <command> --help' for its flags and examples (docs/cli.md has all)
 
 Exit codes: 0 ok, 1 runtime error, 2 usage error (130: purge interrupted).
 `)
+	fmt.Fprintf(w, "\nBuild: %s\n", buildinfo.Read())
 }
 
 // exitError carries an exit code and the message printed for it.

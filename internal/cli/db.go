@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/db"
@@ -46,6 +47,15 @@ func (a *app) resolveDatabase(f *flags, flagValue string) (*database, error) {
 	// TCP keepalive and TCP_USER_TIMEOUT, so a connection to a host that
 	// vanished is noticed in seconds, not hours (see dispatcher.Dialer).
 	cfg.ConnConfig.DialFunc = dispatcher.Dialer()
+	// Behind PgBouncer in transaction mode (before 1.21's
+	// max_prepared_statements) pgx's default statement cache fails: a named
+	// prepared statement lives on one server connection and the next
+	// transaction may run on another. Every command's queries therefore go
+	// through the unnamed statement, with descriptions cached (one round
+	// trip, as before), unless the URL chooses default_query_exec_mode.
+	if !strings.Contains(d.raw, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	d.cfg = cfg
 	return d, nil
 }

@@ -34,6 +34,7 @@ const (
 	envHTTPSecret = "PGOUTBOX_HTTP_SECRET"
 	envNATSURL    = "PGOUTBOX_NATS_URL"
 	envAMQPURL    = "PGOUTBOX_AMQP_URL"
+	envListenURL  = "PGOUTBOX_LISTEN_URL"
 )
 
 const runAbout = `Runs the relay: claims outbox messages under a lease, publishes them through
@@ -68,7 +69,10 @@ days: 7d).
 
 With --metrics-addr, GET /metrics serves Prometheus text format and GET
 /healthz answers 200 "ok" once both PostgreSQL and the publisher answer a
-ping (re-checked every --health-interval), 503 with the reason otherwise.`
+ping (re-checked every --health-interval), 503 with the reason otherwise.
+GET /readyz is the same as /healthz (readiness); GET /livez answers 200
+while the process serves (liveness: an outage of PostgreSQL or the broker
+does not fail it, since restarting the relay would not help).`
 
 const runExamples = `  export DATABASE_URL=postgres://app:secret@db:5432/app
   export PGOUTBOX_HTTP_SECRET=whsec_...
@@ -161,7 +165,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	unclassified := f.String("unclassified", "crash", "what an unclassified publisher error does: crash (leave to lease recovery), retry, or dead")
 	shutdownTimeout := f.duration("shutdown-timeout", dispatcher.ShutdownTimeoutDefault, "how long publishes in flight may finish after SIGINT/SIGTERM")
 	maxDeferAge := f.durationDays("max-defer-age", dispatcher.MaxDeferAgeDefault, "how long after created_at a message may keep being deferred before it goes to dead")
-	noListen := f.Bool("no-listen", false, "do not LISTEN for NOTIFY wake-ups, poll only (PgBouncer in transaction mode)")
+	noListen := f.Bool("no-listen", false, "do not LISTEN for NOTIFY wake-ups, poll only (PgBouncer in transaction mode, when no direct connection is available for --listen-url)")
+	listenURL := f.String("listen-url", "", "PostgreSQL URL of the LISTEN connection, straight to the server when --database-url goes through PgBouncer in transaction mode (default: $"+envListenURL+", else --database-url)")
 	claimTimeout := f.duration("claim-timeout", dispatcher.ClaimTimeoutDefault, "bound on one claim statement; a claim that fails on one row or times out falls back to claiming without payloads and reading each message alone")
 	writeTimeout := f.duration("write-timeout", dispatcher.WriteTimeoutDefault, "bound on each attempt of a finalize, hand-back or lease extension (retried with backoff)")
 	reapGrace := f.duration("reap-grace", dispatcher.ReapGraceDefault, "how long after its lease expired a message with every attempt spent is left to its owner before it goes to dead")
@@ -366,6 +371,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 
 	d, err := a.resolveDatabase(f, *dbURL)
 	if err != nil {
+		return err
+	}
+	if err := a.resolveListenURL(f, &cfg, *listenURL); err != nil {
 		return err
 	}
 	rc.disp = cfg
@@ -633,6 +641,9 @@ func (a *app) startupAttrs(rc runConfig, d *database) []any {
 		slog.String("unclassified", []string{"crash", "retry", "dead"}[c.UnclassifiedErrors]),
 		slog.Bool("listen", !c.DisableListen),
 	}
+	if c.ListenURL != "" {
+		attrs = append(attrs, slog.String("listen_url", redact.URL(c.ListenURL, false)))
+	}
 	if c.Owner != "" {
 		attrs = append(attrs, slog.String("owner", c.Owner))
 	}
@@ -668,7 +679,7 @@ func (a *app) serveMetrics(ctx context.Context, addr string, h *health, metrics 
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics) // the OpenTelemetry Prometheus exporter (telemetry.go)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	ready := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		ok, reason := h.ready()
@@ -677,6 +688,17 @@ func (a *app) serveMetrics(ctx context.Context, addr string, h *health, metrics 
 			fmt.Fprintf(w, "not ready: %s\n", a.secrets.Scrub(reason))
 			return
 		}
+		fmt.Fprintln(w, "ok")
+	}
+	// /healthz and /readyz: readiness (PostgreSQL and the publisher answer).
+	// /livez: liveness only (the process serves HTTP): a database or broker
+	// outage is not cured by restarting the relay, so an orchestrator's
+	// liveness probe must not fail on it.
+	mux.HandleFunc("GET /healthz", ready)
+	mux.HandleFunc("GET /readyz", ready)
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
 		fmt.Fprintln(w, "ok")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -703,7 +725,9 @@ func (a *app) healthLoop(ctx context.Context, every time.Duration, pool *pgxpool
 			return
 		case <-t.C:
 		}
-		timeout := min(every, 5*time.Second)
+		// At least 1s: a short --health-interval must not turn a slow
+		// (busy, not down) database or broker into "not ready".
+		timeout := max(min(every, 5*time.Second), time.Second)
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		err := pool.Ping(cctx)
 		cancel()

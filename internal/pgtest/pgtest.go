@@ -11,6 +11,7 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -19,6 +20,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/pgbouncer"
 	"github.com/pgoutbox/pgoutbox/internal/pgcluster"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
@@ -243,4 +246,41 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// BouncerURL starts a throwaway PgBouncer in transaction pooling mode in
+// front of the test server (Debian's pgbouncer package, see
+// internal/pgbouncer) and returns dbURL routed through it. PgBouncer stops
+// when the test ends. The test fails, saying how to install PgBouncer, when
+// it is missing.
+func BouncerURL(t testing.TB, dbURL string, opts pgbouncer.Options) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	opts.TargetHost = cmp.Or(opts.TargetHost, u.Hostname())
+	if opts.TargetPort == 0 {
+		opts.TargetPort = cmp.Or(port, 5432)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := pgbouncer.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pgtest: pgbouncer log:\n%s", b.Log())
+		}
+		if err := b.Stop(); err != nil {
+			t.Logf("pgtest: %v", err)
+		}
+	})
+	bu, err := b.URL(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bu
 }

@@ -91,7 +91,7 @@ func setup(t *testing.T, queueArgs amqp.Table) *testBundle {
 // get takes the next message from the queue, waiting up to 5s.
 func (b *testBundle) get(t *testing.T) amqp.Delivery {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		d, ok, err := b.ch.Get(b.queue, true)
 		if err != nil {
@@ -101,7 +101,7 @@ func (b *testBundle) get(t *testing.T) amqp.Delivery {
 			return d
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no message in %s after 5s", b.queue)
+			t.Fatalf("no message in %s after 30s", b.queue)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -384,7 +384,7 @@ func TestPublish_ConcurrentPublishesAreAllConfirmed(t *testing.T) {
 		}
 	}
 	got := map[string]bool{}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for len(got) < len(want) && time.Now().Before(deadline) {
 		for _, d := range b.drain(t) {
 			if got[d.MessageId] {
@@ -461,7 +461,7 @@ func TestPublish_BrokerDownIsRetryableAndPublisherReconnects(t *testing.T) {
 	}
 
 	got := map[string]int{}
-	deadline = time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for got[key("2")] == 0 && time.Now().Before(deadline) {
 		for _, d := range b.drain(t) {
 			got[d.MessageId]++
