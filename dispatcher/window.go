@@ -94,7 +94,7 @@ func (d *Dispatcher) abandon(ctx context.Context, w *windowState, cur claimCurso
 	w.mu.Lock()
 	w.cur = claimCursor{lower: cur.upper, lowerXmax: cur.upperXmax, dueAfter: pre.At}
 	w.mu.Unlock()
-	d.window.mu.Lock()
+	d.window.mu.Lock() // the sweep's clock lives in d.window for both kinds
 	d.window.lastSweep = time.Time{}
 	d.window.mu.Unlock()
 }
@@ -119,43 +119,22 @@ func (w *windowState) set(c claimCursor) {
 	w.mu.Unlock()
 }
 
-// claimUnordered claims up to n unordered messages from the cursor.
+// claimUnordered claims up to n unordered messages from the unordered
+// cursor (OutboxClaimWindow).
 func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job) (int, error) {
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-	defer cancel()
-	pre, err := d.q.OutboxClaimSnapshot(cctx)
-	if err != nil {
-		return 0, err
-	}
-	cur := d.window.get().begin(pre)
-	owner := d.tokens.next()
-	rows, err := d.q.OutboxClaimWindow(cctx, db.OutboxClaimWindowParams{
-		Snapshot: cur.lower, Upper: cur.upper, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
-		Owner: owner, Batch: int32(n), Lease: d.cfg.Lease,
-	})
-	if err != nil {
-		d.abandon(ctx, &d.window, cur, pre, err)
-		return 0, err
-	}
-	keys := make([]windowRow, len(rows))
-	for i, r := range rows {
-		keys[i] = windowRow{r.Txid, r.ID, r.Lane}
-	}
-	d.window.set(cur.advance(pre, keys, n))
-	deadline := start.Add(d.cfg.Lease)
-	d.metrics.claimed(ctx, len(rows))
-	for _, r := range rows {
-		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
-			r.EventType, r.Payload, r.Headers, r.CreatedAt, false))
-	}
-	return len(rows), nil
+	return d.claimWindow(ctx, n, jobs, &d.window, false)
 }
 
 // claimOrdered claims up to n ordered heads from the ordered cursor
 // (OutboxClaimOrderedWindow): at most one per aggregate, in the order they
 // became heads.
 func (d *Dispatcher) claimOrdered(ctx context.Context, n int, jobs chan<- *job) (int, error) {
+	return d.claimWindow(ctx, n, jobs, &d.windowOrd, true)
+}
+
+// claimWindow runs one window claim from w and moves w on. The two window
+// queries return the same columns, so their rows share one type.
+func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w *windowState, ordered bool) (int, error) {
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	defer cancel()
@@ -163,26 +142,36 @@ func (d *Dispatcher) claimOrdered(ctx context.Context, n int, jobs chan<- *job) 
 	if err != nil {
 		return 0, err
 	}
-	cur := d.windowOrd.get().begin(pre)
+	cur := w.get().begin(pre)
 	owner := d.tokens.next()
-	rows, err := d.q.OutboxClaimOrderedWindow(cctx, db.OutboxClaimOrderedWindowParams{
+	params := db.OutboxClaimWindowParams{
 		Snapshot: cur.lower, Upper: cur.upper, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
 		Owner: owner, Batch: int32(n), Lease: d.cfg.Lease,
-	})
+	}
+	var rows []db.OutboxClaimWindowRow
+	if ordered {
+		var got []db.OutboxClaimOrderedWindowRow
+		got, err = d.q.OutboxClaimOrderedWindow(cctx, db.OutboxClaimOrderedWindowParams(params))
+		for _, r := range got {
+			rows = append(rows, db.OutboxClaimWindowRow(r))
+		}
+	} else {
+		rows, err = d.q.OutboxClaimWindow(cctx, params)
+	}
 	if err != nil {
-		d.abandon(ctx, &d.windowOrd, cur, pre, err)
+		d.abandon(ctx, w, cur, pre, err)
 		return 0, err
 	}
 	keys := make([]windowRow, len(rows))
 	for i, r := range rows {
 		keys[i] = windowRow{r.Txid, r.ID, r.Lane}
 	}
-	d.windowOrd.set(cur.advance(pre, keys, n))
+	w.set(cur.advance(pre, keys, n))
 	deadline := start.Add(d.cfg.Lease)
 	d.metrics.claimed(ctx, len(rows))
 	for _, r := range rows {
 		d.dispatch(jobs, d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
-			r.EventType, r.Payload, r.Headers, r.CreatedAt, true))
+			r.EventType, r.Payload, r.Headers, r.CreatedAt, ordered))
 	}
 	return len(rows), nil
 }
@@ -240,28 +229,25 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 		start := time.Now()
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 		owner := d.tokens.next()
-		var rows []claimedRow
+		params := db.OutboxClaimPassedParams{
+			Snapshot: cur.lower, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows), Owner: owner, Lease: d.cfg.Lease,
+		}
+		var got []db.OutboxClaimPassedRow
 		var err error
 		if ordered {
-			var got []db.OutboxClaimPassedOrderedRow
-			got, err = d.q.OutboxClaimPassedOrdered(sctx, db.OutboxClaimPassedOrderedParams{
-				Snapshot: cur.lower, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows),
-				Owner: owner, Lease: d.cfg.Lease,
-			})
-			for _, r := range got {
-				rows = append(rows, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered})
+			var ord []db.OutboxClaimPassedOrderedRow
+			ord, err = d.q.OutboxClaimPassedOrdered(sctx, db.OutboxClaimPassedOrderedParams(params))
+			for _, r := range ord {
+				got = append(got, db.OutboxClaimPassedRow(r))
 			}
 		} else {
-			var got []db.OutboxClaimPassedRow
-			got, err = d.q.OutboxClaimPassed(sctx, db.OutboxClaimPassedParams{
-				Snapshot: cur.lower, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows),
-				Owner: owner, Lease: d.cfg.Lease,
-			})
-			for _, r := range got {
-				rows = append(rows, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered})
-			}
+			got, err = d.q.OutboxClaimPassed(sctx, params)
 		}
 		cancel()
+		rows := make([]claimedRow, len(got))
+		for i, r := range got {
+			rows[i] = claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered}
+		}
 		if err != nil {
 			return fmt.Errorf("claim passed: %w", err)
 		}
