@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/db"
@@ -79,8 +80,9 @@ func (f *finalizer) run(ctx context.Context) {
 func (f *finalizer) flush(ctx context.Context, batch []*job) {
 	d := f.d
 	ids, versions, owners := tokensOf(batch)
+	unorderedOnly := !slices.ContainsFunc(batch, func(j *job) bool { return j.msg.Ordered })
 	done, err := retryDBValue(withLinkedJobs(ctx, batch), d, "mark done", func(ctx context.Context) ([]int64, error) {
-		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners})
+		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: unorderedOnly})
 	})
 	defer d.release(len(batch))
 	defer endFinalized(batch, err) // publish spans: done (lease lost ones ended already)
