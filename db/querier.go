@@ -205,6 +205,14 @@ type Querier interface {
 	// OutboxClaimSnapshot reads the cursor position for the next
 	// OutboxClaimWindow: the current txid snapshot and database time. Call it
 	// right before the claim (an earlier snapshot is safe, a later one is not).
+	// server_started identifies the server the snapshot belongs to: a txid
+	// snapshot means nothing on another server, and a server that crashed and
+	// restarted, or a standby promoted after a failover, can hand out again the
+	// txids of transactions whose WAL it never got (the old primary's last
+	// transactions, rolled back or lost with it): rows of its new transactions
+	// would look visible in a snapshot taken before, so already handed out. When
+	// server_started changes, or xmax goes back, the caller starts its cursor
+	// over.
 	// Lock strategy: none. Always one row.
 	OutboxClaimSnapshot(ctx context.Context) (OutboxClaimSnapshotRow, error)
 	// OutboxClaimWindow claims up to @batch unordered pending messages that are

@@ -28,6 +28,7 @@ type claimCursor struct {
 	afterTxid int64     // fresh-lane keyset: (txid, id) of the last fresh row claimed in this window
 	afterID   int64     //
 	dueAfter  time.Time // database time up to which due rows were handed out
+	server    time.Time // pg_postmaster_start_time of the server the snapshots come from (zero: none yet)
 }
 
 // cursorStart is the empty snapshot: no transaction is visible in it, so
@@ -41,9 +42,29 @@ func (c claimCursor) orStart() claimCursor {
 	return c
 }
 
+// sameServer reports whether pre comes from the server c's snapshots were
+// taken on: the same postmaster start time, and an xmax that did not go back.
+// A txid snapshot is only meaningful on the server that took it. After a
+// crash restart, or a standby promoted in a failover, the server may hand
+// out again the txids of transactions whose WAL it never got (rolled back,
+// or lost with the old primary); rows of its new transactions with those
+// txids would look visible in c.lower, that is already handed out, and wait
+// for the sweep. A cursor of another server starts over instead.
+func (c claimCursor) sameServer(pre db.OutboxClaimSnapshotRow) bool {
+	if c.server.IsZero() {
+		return true
+	}
+	return c.server.Equal(pre.ServerStarted) && pre.Xmax >= c.lowerXmax && (c.upper == "" || pre.Xmax >= c.upperXmax)
+}
+
 // begin opens a window at pre (the OutboxClaimSnapshot read just before the
-// claim) unless one is open.
+// claim) unless one is open. A cursor from another server (sameServer) is
+// started over first: the zero cursor reads every pending row once.
 func (c claimCursor) begin(pre db.OutboxClaimSnapshotRow) claimCursor {
+	if !c.sameServer(pre) {
+		c = claimCursor{lower: cursorStart}
+	}
+	c.server = pre.ServerStarted
 	if c.upper == "" {
 		c.upper, c.upperXmax = pre.Snapshot, pre.Xmax
 		c.afterTxid, c.afterID = c.lowerXmax, 0
@@ -68,7 +89,7 @@ type windowRow struct {
 // fresh row.
 func (c claimCursor) advance(pre db.OutboxClaimSnapshotRow, rows []windowRow, batch int) claimCursor {
 	if len(rows) < batch {
-		return claimCursor{lower: c.upper, lowerXmax: c.upperXmax, dueAfter: pre.At}
+		return claimCursor{lower: c.upper, lowerXmax: c.upperXmax, dueAfter: pre.At, server: c.server}
 	}
 	for _, r := range rows { // ordered by (txid, id)
 		if r.lane == "fresh" {
@@ -92,7 +113,7 @@ func (d *Dispatcher) abandon(ctx context.Context, w *windowState, cur claimCurso
 		return
 	}
 	w.mu.Lock()
-	w.cur = claimCursor{lower: cur.upper, lowerXmax: cur.upperXmax, dueAfter: pre.At}
+	w.cur = claimCursor{lower: cur.upper, lowerXmax: cur.upperXmax, dueAfter: pre.At, server: cur.server}
 	w.mu.Unlock()
 	d.window.mu.Lock() // the sweep's clock lives in d.window for both kinds
 	d.window.lastSweep = time.Time{}
@@ -142,7 +163,12 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 	if err != nil {
 		return 0, err
 	}
-	cur := w.get().begin(pre)
+	cur := w.get()
+	if !cur.sameServer(pre) {
+		d.log.Warn("the database server changed (a restart or a failover): the claim cursor starts over from the first pending row",
+			slog.Bool("ordered", ordered), slog.Time("server_started", pre.ServerStarted), slog.Int64("xmax", pre.Xmax))
+	}
+	cur = cur.begin(pre)
 	owner := d.tokens.next()
 	params := db.OutboxClaimWindowParams{
 		Snapshot: cur.lower, Upper: cur.upper, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
