@@ -328,12 +328,14 @@ UPDATE outbox
        lease_until = NULL
  WHERE status = 'processing'
    AND lease_until < now() - $1::interval
-   AND attempts >= $2::integer
+   AND lease_until >= ($2::timestamptz) - ($1::interval)
+   AND attempts >= $3::integer
 `
 
 type OutboxReapParams struct {
-	Grace       time.Duration `json:"grace"`
-	MaxAttempts int32         `json:"max_attempts"`
+	Grace        time.Duration `json:"grace"`
+	ExpiredAfter time.Time     `json:"expired_after"`
+	MaxAttempts  int32         `json:"max_attempts"`
 }
 
 // OutboxReap buries messages whose worker keeps dying: processing rows whose
@@ -349,12 +351,15 @@ type OutboxReapParams struct {
 // the grace the owner's fenced OutboxMarkDone still succeeds (nobody else can
 // claim the row: attempts >= max). A message that crashes every worker is
 // still buried, only @grace later.
+// @expired_after: the recovery lane's cursor, as in OutboxClaimExpired
+// (isolate.sql); rows whose lease expired @grace before it were reaped by an
+// earlier pass. The zero time reads from the start.
 // Lock strategy: plain UPDATE; rows locked by a concurrent claim are waited
 // for, and the claim cannot take them (attempts >= max).
-// Index: outbox_leased.
+// Index: outbox_leased, from @expired_after - @grace.
 // Rows affected: messages sent to dead now; 0 is the normal case.
 func (q *Queries) OutboxReap(ctx context.Context, arg OutboxReapParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxReap, arg.Grace, arg.MaxAttempts)
+	result, err := q.db.Exec(ctx, outboxReap, arg.Grace, arg.ExpiredAfter, arg.MaxAttempts)
 	if err != nil {
 		return 0, err
 	}

@@ -43,6 +43,7 @@ type Dispatcher struct {
 	stopping    atomic.Bool   // Run's context ended: start nothing new
 	window      windowState   // where the next unordered claim begins (window.go)
 	windowOrd   windowState   // where the next ordered claim begins
+	expired     expiredCursor // where the recovery lane's next pass reads expired leases (recovery_cursor.go)
 
 	running atomic.Bool
 }

@@ -77,10 +77,45 @@ func (f *finalizer) run(ctx context.Context) {
 	}
 }
 
+// orderedFinalizeChunk bounds the ordered rows of one OutboxMarkDoneMany.
+// Finalizing an ordered head hands its aggregate on (migration 00005's
+// hand-off), under the aggregate's advisory lock, which the statement takes
+// for every aggregate of its rows up front and holds until it commits; a
+// producer committing an event of one of those aggregates waits for it
+// (its COMMIT takes the same lock to decide its head). A batch of 2,000
+// ordered rows over 1,000 aggregates held nearly every aggregate's lock for
+// the whole statement: measured with a long snapshot held (issue 14, where
+// each row costs more), 0.4-0.8 s per statement and producers' COMMITs
+// waiting 40-70 s per 10 s in total, which slowed the finalizer in turn
+// (it waits for their locks). Chunks of 64 hold few locks, briefly; the
+// unordered rows of a batch still go in one statement, which takes none.
+const orderedFinalizeChunk = 64
+
+// flush finalizes a batch: its ordered rows in chunks of
+// orderedFinalizeChunk first (their hand-offs make the next heads
+// claimable), then its unordered rows in one statement.
 func (f *finalizer) flush(ctx context.Context, batch []*job) {
+	var ordered, unordered []*job
+	for _, j := range batch {
+		if j.msg.Ordered {
+			ordered = append(ordered, j)
+		} else {
+			unordered = append(unordered, j)
+		}
+	}
+	for chunk := range slices.Chunk(ordered, orderedFinalizeChunk) {
+		f.flushPart(ctx, chunk, false)
+	}
+	if len(unordered) > 0 {
+		f.flushPart(ctx, unordered, true)
+	}
+}
+
+// flushPart is one fenced OutboxMarkDoneMany over part; unorderedOnly says
+// part holds no ordered row (the statement then skips the hand-off locks).
+func (f *finalizer) flushPart(ctx context.Context, batch []*job, unorderedOnly bool) {
 	d := f.d
 	ids, versions, owners := tokensOf(batch)
-	unorderedOnly := !slices.ContainsFunc(batch, func(j *job) bool { return j.msg.Ordered })
 	done, err := retryDBValue(withLinkedJobs(ctx, batch), d, "mark done", func(ctx context.Context) ([]int64, error) {
 		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: unorderedOnly})
 	})
@@ -95,11 +130,8 @@ func (f *finalizer) flush(ctx context.Context, batch []*job) {
 	// before each message of a busy aggregate (measured: one hot aggregate
 	// went from about 1 msg/s with the default 1s poll to hundreds per
 	// second; see BENCHMARKS.md).
-	for _, j := range batch {
-		if j.msg.Ordered {
-			d.wakeUp()
-			break
-		}
+	if !unorderedOnly {
+		d.wakeUp()
 	}
 	d.metrics.finalizeFlush(ctx, len(batch))
 	d.metrics.add(outPublished, int64(len(done)))

@@ -174,8 +174,13 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 	if grace < 0 {
 		grace = 0
 	}
+	clock, err := d.recoveryClock(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery clock: %w", err)
+	}
+	after := d.expired.from(clock, d.cfg.SweepInterval)
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-	n, err := d.q.OutboxReap(rctx, db.OutboxReapParams{Grace: grace, MaxAttempts: int32(d.cfg.MaxAttempts)})
+	n, err := d.q.OutboxReap(rctx, db.OutboxReapParams{Grace: grace, MaxAttempts: int32(d.cfg.MaxAttempts), ExpiredAfter: after})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("reap: %w", err)
@@ -199,12 +204,14 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 		rows, err := d.q.OutboxClaimExpired(cctx, db.OutboxClaimExpiredParams{
 			Owner: owner, Lease: d.cfg.Lease, MaxAttempts: int32(d.cfg.MaxAttempts),
 			Unordered: d.cfg.Claim != ClaimOrderedOnly, Ordered: d.cfg.Claim != ClaimUnorderedOnly,
+			ExpiredAfter: after,
 		})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("claim expired: %w", err)
 		}
 		if len(rows) == 0 {
+			d.expired.passed(clock)
 			return nil
 		}
 		d.metrics.claimed(ctx, len(rows))

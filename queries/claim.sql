@@ -201,9 +201,12 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- the grace the owner's fenced OutboxMarkDone still succeeds (nobody else can
 -- claim the row: attempts >= max). A message that crashes every worker is
 -- still buried, only @grace later.
+-- @expired_after: the recovery lane's cursor, as in OutboxClaimExpired
+-- (isolate.sql); rows whose lease expired @grace before it were reaped by an
+-- earlier pass. The zero time reads from the start.
 -- Lock strategy: plain UPDATE; rows locked by a concurrent claim are waited
 -- for, and the claim cannot take them (attempts >= max).
--- Index: outbox_leased.
+-- Index: outbox_leased, from @expired_after - @grace.
 -- Rows affected: messages sent to dead now; 0 is the normal case.
 -- name: OutboxReap :execrows
 UPDATE outbox
@@ -213,4 +216,5 @@ UPDATE outbox
        lease_until = NULL
  WHERE status = 'processing'
    AND lease_until < now() - @grace::interval
+   AND lease_until >= (@expired_after::timestamptz) - (@grace::interval)
    AND attempts >= @max_attempts::integer;
