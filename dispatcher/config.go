@@ -253,11 +253,15 @@ type Config struct {
 	// claims start from a cursor (queries/window.sql) and pass rows that a
 	// concurrent claim held; should that claim roll back (its process died
 	// inside the claim, or it failed on one of its rows), the sweep claims
-	// such rows and publishes each alone, like a recovered lease. It is the one statement that reads the pending rows from their
-	// start, so under a long-held snapshot it costs what every claim used to
-	// cost, once per interval, off the claim path. It bounds how late such a
-	// row can be, and how long an ordered aggregate whose head was lost
-	// outside the triggers (OutboxRepairHeads) waits. Defaults to 30s.
+	// such rows and publishes each alone, like a recovered lease. The
+	// sweep, and once per interval the recovery lane's pass over expired
+	// leases, read their index from its start, so under a long-held snapshot
+	// they cost what every claim used to cost, once per interval, off the
+	// claim path; a sweep that took d waits at least 20×d before the next
+	// (at most 5% of a connection's time, whatever the interval). It bounds
+	// how late such a row can be, and how long an ordered aggregate whose
+	// head was lost outside the triggers (OutboxRepairHeads) waits.
+	// Defaults to 30s.
 	SweepInterval time.Duration
 
 	// ReapGrace is how long after a lease expired, with every attempt
@@ -298,7 +302,9 @@ type Config struct {
 
 	// StatsInterval is how often the queue gauges (depth, oldest age,
 	// expired leases) are refreshed from the monitoring queries; 0 keeps the
-	// default, negative disables them. Defaults to 15s.
+	// default, negative disables them. A refresh that took d waits at least
+	// 19×d before the next (the queries read whole partial indexes, and
+	// OutboxCountByStatus the table). Defaults to 15s.
 	StatsInterval time.Duration
 
 	// Logger receives structured logs. Defaults to slog.Default().

@@ -24,6 +24,8 @@ type expiredCursor struct {
 	after    time.Time // database time; zero: from the start
 	server   time.Time // pg_postmaster_start_time of the server after comes from
 	lastFull time.Time // local time of the last pass from the start
+	fullTook time.Duration
+	full     bool // the current pass reads from the start
 }
 
 // from returns where this pass starts: the zero time (the whole expired
@@ -31,7 +33,8 @@ type expiredCursor struct {
 // the server changed (a failover: the new primary's clock is another
 // clock); otherwise the cursor.
 func (c *expiredCursor) from(clock db.OutboxClaimSnapshotRow, sweepEvery time.Duration) time.Time {
-	if c.after.IsZero() || !c.server.Equal(clock.ServerStarted) || time.Since(c.lastFull) >= sweepEvery {
+	c.full = c.after.IsZero() || !c.server.Equal(clock.ServerStarted) || time.Since(c.lastFull) >= max(sweepEvery, sweepDuty*c.fullTook)
+	if c.full {
 		c.lastFull = time.Now()
 		return time.Time{}
 	}
@@ -43,6 +46,9 @@ func (c *expiredCursor) from(clock db.OutboxClaimSnapshotRow, sweepEvery time.Du
 func (c *expiredCursor) passed(clock db.OutboxClaimSnapshotRow) {
 	c.after = clock.At.Add(-expiredCursorMargin)
 	c.server = clock.ServerStarted
+	if c.full {
+		c.fullTook = time.Since(c.lastFull)
+	}
 }
 
 // recoveryClock reads the database time (and server) a recovery pass starts

@@ -16,10 +16,15 @@ const StalledAfterDefault = 5 * time.Minute
 // observable gauges (the OpenTelemetry callbacks only read the cached copy,
 // so a metrics scrape never waits on the database).
 func (d *Dispatcher) refreshStats(ctx context.Context) {
-	t := time.NewTicker(d.cfg.StatsInterval)
+	t := time.NewTimer(d.cfg.StatsInterval)
 	defer t.Stop()
 	for {
+		start := time.Now()
 		q, err := ReadQueueStats(ctx, d.q)
+		// The gauges read whole partial indexes (and OutboxCountByStatus the
+		// table): paced like the sweeps (sweepDuty), so a slow refresh (a
+		// long-held snapshot, a huge table) waits proportionally longer.
+		t.Reset(max(d.cfg.StatsInterval-time.Since(start), (sweepDuty-1)*time.Since(start)))
 		if err != nil && ctx.Err() == nil {
 			d.log.Debug("queue stats refresh failed", slog.Any("error", err))
 		} else if err == nil {

@@ -1,0 +1,76 @@
+package dispatcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// A claim cursor belongs to the server its snapshots came from.
+func TestClaimCursor_SameServer(t *testing.T) {
+	t.Parallel()
+	s1 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	s2 := s1.Add(time.Hour)
+	cur := claimCursor{lower: "100:100:", lowerXmax: 100, server: s1}
+	open := cur
+	open.upper, open.upperXmax = "150:150:", 150
+	cases := []struct {
+		name string
+		cur  claimCursor
+		pre  db.OutboxClaimSnapshotRow
+		want bool
+	}{
+		{"a new cursor takes any server", claimCursor{}, db.OutboxClaimSnapshotRow{Xmax: 5, ServerStarted: s2}, true},
+		{"same server, xmax moved on", cur, db.OutboxClaimSnapshotRow{Xmax: 120, ServerStarted: s1}, true},
+		{"same server, xmax unchanged", cur, db.OutboxClaimSnapshotRow{Xmax: 100, ServerStarted: s1}, true},
+		{"another server (restart, promotion)", cur, db.OutboxClaimSnapshotRow{Xmax: 120, ServerStarted: s2}, false},
+		{"xmax went back (txids handed out again)", cur, db.OutboxClaimSnapshotRow{Xmax: 90, ServerStarted: s1}, false},
+		{"xmax went back behind an open window's upper snapshot", open, db.OutboxClaimSnapshotRow{Xmax: 140, ServerStarted: s1}, false},
+	}
+	for _, c := range cases {
+		if got := c.cur.sameServer(c.pre); got != c.want {
+			t.Errorf("%s: sameServer = %v, want %v", c.name, got, c.want)
+		}
+	}
+	// begin starts a cursor of another server over.
+	got := cur.begin(db.OutboxClaimSnapshotRow{Snapshot: "7:7:", Xmax: 7, ServerStarted: s2})
+	if got.lower != cursorStart || got.server != s2 || got.upper != "7:7:" || got.afterTxid != 0 {
+		t.Errorf("begin on another server = %+v, want the start cursor with a window up to 7:7: on %v", got, s2)
+	}
+}
+
+// The recovery lane's expired-lease cursor: from the start on the first
+// pass, after a server change and once per sweep interval (or sweepDuty
+// times the last full pass, when that is longer); otherwise from the
+// previous pass's clock minus the margin.
+func TestExpiredCursor_From(t *testing.T) {
+	t.Parallel()
+	s1 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := s1.Add(time.Minute)
+	clock := db.OutboxClaimSnapshotRow{At: at, ServerStarted: s1}
+	var c expiredCursor
+	if from := c.from(clock, time.Hour); !from.IsZero() {
+		t.Fatalf("first pass from %v, want the start", from)
+	}
+	c.passed(clock)
+	if from := c.from(clock, time.Hour); !from.Equal(at.Add(-expiredCursorMargin)) {
+		t.Fatalf("second pass from %v, want %v", from, at.Add(-expiredCursorMargin))
+	}
+	c.passed(clock)
+	if from := c.from(db.OutboxClaimSnapshotRow{At: at, ServerStarted: s1.Add(time.Second)}, time.Hour); !from.IsZero() {
+		t.Fatalf("pass on another server from %v, want the start", from)
+	}
+	c.passed(clock)
+	c.lastFull = time.Now().Add(-2 * time.Second)
+	if from := c.from(clock, time.Second); !from.IsZero() {
+		t.Fatalf("pass after the sweep interval from %v, want the start", from)
+	}
+	c.passed(clock)
+	// A full pass that took long paces the next one.
+	c.fullTook = time.Second
+	c.lastFull = time.Now().Add(-2 * time.Second)
+	if from := c.from(clock, time.Second); from.IsZero() {
+		t.Fatal("a full pass 2s after one that took 1s: want the cursor (sweepDuty), got the start")
+	}
+}
