@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -139,6 +140,9 @@ func (r *results) writeHorizonSections(p func(string, ...any), charts map[string
 			}
 		}
 	}
+	if r.Soak == nil {
+		r.writeCarried(p, "8", "soak")
+	}
 	if s := r.Soak; s != nil {
 		p("## 8. Bloat soak: retention on a schedule")
 		p("")
@@ -184,6 +188,9 @@ func (r *results) writeHorizonSections(p func(string, ...any), charts map[string
 			p("![soak sizes](%s)", charts["soak"])
 			p("")
 		}
+	}
+	if len(r.Retention) == 0 {
+		r.writeCarried(p, "9", "retention")
 	}
 	if len(r.Retention) > 0 {
 		p("## 9. Does DELETE-based retention keep up with the relay's top rate?")
@@ -315,4 +322,52 @@ func (r *results) horizonCharts(dir string, m map[string]string) error {
 		m["soak"] = rel("soak.png")
 	}
 	return nil
+}
+
+// carriedNote starts the first line of a section carried over from an
+// earlier BENCHMARKS.md.
+const carriedNote = "*Carried over unchanged from the BENCHMARKS.md this run replaced:"
+
+// readCarried keeps the opt-in sections (8, 9) of the BENCHMARKS.md at path,
+// so a run without the opt-in items does not drop their last figures.
+func readCarried(path string) map[string]string {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	lines := strings.Split(string(old), "\n")
+	for i := 0; i < len(lines); i++ {
+		for _, n := range []string{"8", "9"} {
+			if !strings.HasPrefix(lines[i], "## "+n+". ") {
+				continue
+			}
+			j := i + 1
+			for j < len(lines) && !strings.HasPrefix(lines[j], "## ") {
+				j++
+			}
+			var keep []string
+			for _, l := range lines[i+1 : j] {
+				if !strings.HasPrefix(l, carriedNote) {
+					keep = append(keep, l)
+				}
+			}
+			out[n] = lines[i] + "\n" + strings.Join(keep, "\n")
+		}
+	}
+	return out
+}
+
+// writeCarried writes section n as carried over, when there is one.
+func (r *results) writeCarried(p func(string, ...any), n, item string) {
+	sec := r.Carried[n]
+	if sec == "" {
+		return
+	}
+	head, body, _ := strings.Cut(sec, "\n")
+	p("%s", head)
+	p("")
+	p("%s this run did not run the opt-in item `%s` (`cd bench && go run ./cmd/bench -only %s`).*", carriedNote, item, item)
+	p("%s", strings.TrimRight(body, "\n"))
+	p("")
 }

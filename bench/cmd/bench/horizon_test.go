@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,5 +159,29 @@ func TestHorizonReport(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, chartDir, f)); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// A run without the opt-in items keeps their sections from the file it
+// replaces, marked as carried over, once (not once more per run).
+func TestReadCarried_KeepsOptInSections(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	old := "# x\n\n## 7. Pinned horizon\n\nseven\n\n## 8. Bloat soak: retention on a schedule\n\n" + carriedNote + " earlier.*\nsoak figures\n\n## 9. Does DELETE-based retention keep up\n\nretention figures\n\n## Tuning log\n\nlog\n"
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &results{Carried: readCarried(path)}
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	r.writeCarried(p, "8", "soak")
+	r.writeCarried(p, "9", "retention")
+	got := b.String()
+	for _, want := range []string{"## 8. Bloat soak", "soak figures", "## 9. Does DELETE-based", "retention figures", "`-only soak`"} {
+		if !strings.Contains(got, want) && !strings.Contains(got, strings.Trim(want, "`")) {
+			t.Errorf("carried sections lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, carriedNote) != 2 || strings.Contains(got, "seven") || strings.Contains(got, "Tuning") {
+		t.Errorf("carried sections wrong:\n%s", got)
 	}
 }

@@ -137,6 +137,7 @@ func writeReport(out string, r *results) error {
 	if err != nil {
 		return err
 	}
+	r.Carried = readCarried(filepath.Join(out, "BENCHMARKS.md"))
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	mode := "quick mode, `make bench`"

@@ -99,6 +99,9 @@ type results struct {
 	Horizon   []*horizonRun
 	Soak      *soakResult
 	Retention []retentionResult
+	// Carried holds the opt-in sections (8, 9) of the BENCHMARKS.md being
+	// replaced, by section number, for the items this run did not run.
+	Carried map[string]string
 }
 
 type setting struct{ Name, Value, Source string }
