@@ -560,6 +560,19 @@ type Querier interface {
 	// Lock strategy: plain DELETE by primary key; status is re-checked on the
 	// row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 	OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error)
+	// OutboxQueueDepth: the dispatchers' queue-depth gauges (Config.StatsInterval,
+	// every relay): undelivered rows by status, counted exactly through their
+	// partial indexes, and the done rows counted up to 10,000 (outbox_done_at)
+	// and beyond that estimated from the planner's row count (pg_class.reltuples
+	// minus the undelivered rows, never below the 10,000 counted): counting all
+	// retained done rows would read them all, every StatsInterval, in every
+	// relay (OutboxCountByStatus scans the table; `pgoutbox stats` still counts
+	// exactly).
+	// Indexes: outbox_pending (pending, unordered), outbox_ordered_head
+	// (pending, ordered; status is an INCLUDE column), outbox_leased
+	// (processing), outbox_dead (dead), outbox_done_at (done, at most 10,000
+	// entries).
+	OutboxQueueDepth(ctx context.Context) (OutboxQueueDepthRow, error)
 	// OutboxReap buries messages whose worker keeps dying: processing rows whose
 	// lease expired with every attempt spent go to dead. A poison message never
 	// reaches a finalize, so this is the only way it stops being claimed.

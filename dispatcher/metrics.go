@@ -47,7 +47,7 @@ type Stats struct {
 // QueueStats are the table-wide gauges (all dispatchers).
 type QueueStats struct {
 	At                time.Time
-	ByStatus          map[string]int64
+	ByStatus          map[string]int64 // pending, processing, dead exact; done exact up to 10,000, then estimated (OutboxQueueDepth)
 	OldestAgeSeconds  float64
 	ExpiredLeases     int64
 	BlockedAggregates int64

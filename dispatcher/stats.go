@@ -45,16 +45,12 @@ func ReadQueueStats(ctx context.Context, q *db.Queries) (QueueStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out := QueueStats{At: time.Now(), ByStatus: map[string]int64{}}
-	counts, err := q.OutboxCountByStatus(ctx)
+	depth, err := q.OutboxQueueDepth(ctx)
 	if err != nil {
 		return out, err
 	}
-	for _, s := range []string{"pending", "processing", "done", "dead"} {
-		out.ByStatus[s] = 0
-	}
-	for _, c := range counts {
-		out.ByStatus[c.Status] = c.Count
-	}
+	out.ByStatus["pending"], out.ByStatus["processing"], out.ByStatus["dead"] = depth.Pending, depth.Processing, depth.Dead
+	out.ByStatus["done"] = depth.Done // exact up to 10,000, then an estimate (OutboxQueueDepth)
 	if out.OldestAgeSeconds, err = q.OutboxOldestPendingAge(ctx); err != nil {
 		return out, err
 	}

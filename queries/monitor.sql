@@ -8,6 +8,34 @@ SELECT status, count(*) AS count
  GROUP BY status
  ORDER BY status;
 
+-- OutboxQueueDepth: the dispatchers' queue-depth gauges (Config.StatsInterval,
+-- every relay): undelivered rows by status, counted exactly through their
+-- partial indexes, and the done rows counted up to 10,000 (outbox_done_at)
+-- and beyond that estimated from the planner's row count (pg_class.reltuples
+-- minus the undelivered rows, never below the 10,000 counted): counting all
+-- retained done rows would read them all, every StatsInterval, in every
+-- relay (OutboxCountByStatus scans the table; `pgoutbox stats` still counts
+-- exactly).
+-- Indexes: outbox_pending (pending, unordered), outbox_ordered_head
+-- (pending, ordered; status is an INCLUDE column), outbox_leased
+-- (processing), outbox_dead (dead), outbox_done_at (done, at most 10,000
+-- entries).
+-- name: OutboxQueueDepth :one
+WITH u AS MATERIALIZED ( -- each count once (inlined, the CASE would repeat them)
+    SELECT (SELECT count(*) FROM outbox WHERE status = 'pending' AND NOT ordered)
+           + (SELECT count(*) FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL) AS pending,
+           (SELECT count(*) FROM outbox WHERE status = 'processing') AS processing,
+           (SELECT count(*) FROM outbox WHERE status = 'dead') AS dead,
+           (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'done' LIMIT 10000) AS d) AS done_counted,
+           coalesce((SELECT c.reltuples FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass('outbox')), -1) AS reltuples
+)
+SELECT u.pending::bigint AS pending,
+       u.processing::bigint AS processing,
+       u.dead::bigint AS dead,
+       (CASE WHEN u.done_counted < 10000 THEN u.done_counted
+             ELSE greatest(u.reltuples::bigint - u.pending - u.processing - u.dead, u.done_counted) END)::bigint AS done
+  FROM u;
+
 -- OutboxOldestPendingAge: age in seconds of the oldest undelivered message
 -- (pending or processing), on the database clock; 0 when there is none. The
 -- most important alert: it grows without bound when dispatch stops.
