@@ -257,8 +257,8 @@ type Config struct {
 	// sweep, and once per interval the recovery lane's pass over expired
 	// leases, read their index from its start, so under a long-held snapshot
 	// they cost what every claim used to cost, once per interval, off the
-	// claim path; a sweep that took d waits at least 20×d before the next
-	// (at most 5% of a connection's time, whatever the interval). It bounds
+	// claim path; a sweep that took d waits at least 50×d before the next
+	// (at most 2% of a connection's time, whatever the interval). It bounds
 	// how late such a row can be, and how long an ordered aggregate whose
 	// head was lost outside the triggers (OutboxRepairHeads) waits.
 	// Defaults to 30s.
@@ -303,8 +303,8 @@ type Config struct {
 	// StatsInterval is how often the queue gauges (depth, oldest age,
 	// expired leases) are refreshed from the monitoring queries; 0 keeps the
 	// default, negative disables them. A refresh that took d waits at least
-	// 19×d before the next (the queries read whole partial indexes, and
-	// OutboxCountByStatus the table). Defaults to 15s.
+	// 49×d before the next (the queries read whole partial indexes).
+	// Defaults to 15s.
 	StatsInterval time.Duration
 
 	// Logger receives structured logs. Defaults to slog.Default().

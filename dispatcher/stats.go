@@ -21,9 +21,9 @@ func (d *Dispatcher) refreshStats(ctx context.Context) {
 	for {
 		start := time.Now()
 		q, err := ReadQueueStats(ctx, d.q)
-		// The gauges read whole partial indexes (and OutboxCountByStatus the
-		// table): paced like the sweeps (sweepDuty), so a slow refresh (a
-		// long-held snapshot, a huge table) waits proportionally longer.
+		// The gauges read whole partial indexes: paced like the sweeps
+		// (sweepDuty), so a slow refresh (a long-held snapshot, a huge
+		// backlog) waits proportionally longer.
 		t.Reset(max(d.cfg.StatsInterval-time.Since(start), (sweepDuty-1)*time.Since(start)))
 		if err != nil && ctx.Err() == nil {
 			d.log.Debug("queue stats refresh failed", slog.Any("error", err))

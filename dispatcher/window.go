@@ -342,4 +342,4 @@ const sweepRows = 1000
 // processed meanwhile: measured with 2,000 events/s, the ordered gauges'
 // OutboxBlockedAggregates read 300,000 buffers (0.5 s) a minute into the
 // hold, and grow from there.
-const sweepDuty = 20
+const sweepDuty = 50
