@@ -169,19 +169,30 @@ type Querier interface {
 	// alone, so the one row that failed a claim fails only itself. A dispatcher
 	// runs it now and then (Config.SweepInterval) with its cursor's lower
 	// @snapshot and @due_after; it normally claims nothing.
-	// This is the one unordered query that reads from the start of the pending
-	// rows, so it pays for the dead entries a long snapshot leaves behind; it
-	// runs apart from the claims, on the recovery lane, once per interval.
+	// @since and @due_since bound the sweep to the rows the cursor passed since
+	// an earlier position (an older lower snapshot and its due mark): rows whose
+	// txid is visible in @snapshot but not in @since (from @since's xmax, and
+	// one probe per transaction on @since's xip list), and rows that came due
+	// after @due_since. The dispatcher passes the position of two sweeps before,
+	// so a row passed just before the previous sweep, held by a claim that
+	// rolled back after it, is still covered. Under a long-held snapshot a sweep
+	// from the start steps over the dead entries of every row processed since
+	// the snapshot began; the bounded sweep reads those of two intervals only.
+	// The empty snapshot ('1:1:') and the zero time sweep from the start: the
+	// dispatcher does that once in ten sweeps, for anything else.
 	// Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
 	// claim's; a row still held by a failed claim's statement is taken at a
 	// later sweep), then UPDATE by primary key, writing the lease as every claim
 	// does (lease_version + 1, attempts + 1).
-	// Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
+	// Indexes: outbox_pending_txid (txid from @since's xmax, and per @since's
+	// xip entry), outbox_pending_due (available_at after @due_since).
 	// 0 rows: nothing was passed (the normal case).
 	OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]OutboxClaimPassedRow, error)
 	// OutboxClaimPassedOrdered is OutboxClaimPassed for ordered heads (each is
-	// the only claimable row of its aggregate, so recovering it keeps the order).
-	// Lock strategy: as OutboxClaimPassed. Index: outbox_ordered_txid.
+	// the only claimable row of its aggregate, so recovering it keeps the order),
+	// bounded the same way by @since and @due_since.
+	// Lock strategy: as OutboxClaimPassed. Indexes: outbox_ordered_txid,
+	// outbox_ordered_due.
 	// 0 rows: nothing was passed (the normal case).
 	OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]OutboxClaimPassedOrderedRow, error)
 	// Claims from a cursor (migration 00005). OutboxClaim scans outbox_pending

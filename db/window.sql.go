@@ -174,6 +174,46 @@ func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimO
 }
 
 const outboxClaimPassed = `-- name: OutboxClaimPassed :many
+WITH win AS (
+    SELECT ($4::text)::pg_snapshot AS snap, ($5::text)::pg_snapshot AS since
+),
+cand AS (
+    (SELECT p.id
+       FROM outbox AS p
+      WHERE p.txid >= (SELECT pg_snapshot_xmax(win.since) FROM win)
+        AND p.txid < (SELECT pg_snapshot_xmax(win.snap) FROM win)
+        AND pg_visible_in_snapshot(p.txid, (SELECT win.snap FROM win))
+        AND p.available_at <= $6::timestamptz
+        AND p.status = 'pending'
+        AND NOT p.ordered
+      ORDER BY p.txid, p.id
+      LIMIT $3::integer)
+    UNION ALL
+    (SELECT q.id
+       FROM (SELECT pg_snapshot_xip(win.since) AS xid, win.snap FROM win) AS x
+      CROSS JOIN LATERAL (
+            SELECT p.id
+              FROM outbox AS p
+             WHERE p.txid = x.xid
+               AND pg_visible_in_snapshot(x.xid, x.snap)
+               AND p.available_at <= $6::timestamptz
+               AND p.status = 'pending'
+               AND NOT p.ordered
+             ORDER BY p.txid, p.id
+             LIMIT $3::integer) AS q)
+    UNION ALL
+    (SELECT p.id
+       FROM outbox AS p
+      WHERE p.available_at > $7::timestamptz
+        AND p.available_at <= $6::timestamptz
+        AND p.available_at > p.created_at
+        AND p.txid < (SELECT pg_snapshot_xmax(win.snap) FROM win)
+        AND pg_visible_in_snapshot(p.txid, (SELECT win.snap FROM win))
+        AND p.status = 'pending'
+        AND NOT p.ordered
+      ORDER BY p.available_at, p.id
+      LIMIT $3::integer)
+)
 UPDATE outbox AS o
    SET status        = 'processing',
        lease_owner   = $1::text,
@@ -181,15 +221,13 @@ UPDATE outbox AS o
        lease_version = o.lease_version + 1,
        attempts      = o.attempts + 1
  WHERE o.id = ANY (ARRAY(
-        SELECT p.id
-          FROM outbox AS p
-         WHERE p.txid < pg_snapshot_xmax(($3::text)::pg_snapshot)
-           AND pg_visible_in_snapshot(p.txid, ($3::text)::pg_snapshot)
-           AND p.available_at <= $4::timestamptz
-           AND p.status = 'pending'
-           AND NOT p.ordered
-         ORDER BY p.txid, p.id
-         LIMIT $5::integer
+        SELECT l.id
+          FROM outbox AS l
+         WHERE l.id = ANY (ARRAY(SELECT cand.id FROM cand))
+           AND l.status = 'pending'
+           AND NOT l.ordered
+         ORDER BY l.txid, l.id
+         LIMIT $3::integer
            FOR UPDATE SKIP LOCKED))
 RETURNING o.id, o.lease_version, o.attempts, o.ordered
 `
@@ -197,9 +235,11 @@ RETURNING o.id, o.lease_version, o.attempts, o.ordered
 type OutboxClaimPassedParams struct {
 	Owner    string        `json:"owner"`
 	Lease    time.Duration `json:"lease"`
-	Snapshot string        `json:"snapshot"`
-	DueAfter time.Time     `json:"due_after"`
 	MaxRows  int32         `json:"max_rows"`
+	Snapshot string        `json:"snapshot"`
+	Since    string        `json:"since"`
+	DueAfter time.Time     `json:"due_after"`
+	DueSince time.Time     `json:"due_since"`
 }
 
 type OutboxClaimPassedRow struct {
@@ -221,22 +261,33 @@ type OutboxClaimPassedRow struct {
 // alone, so the one row that failed a claim fails only itself. A dispatcher
 // runs it now and then (Config.SweepInterval) with its cursor's lower
 // @snapshot and @due_after; it normally claims nothing.
-// This is the one unordered query that reads from the start of the pending
-// rows, so it pays for the dead entries a long snapshot leaves behind; it
-// runs apart from the claims, on the recovery lane, once per interval.
+// @since and @due_since bound the sweep to the rows the cursor passed since
+// an earlier position (an older lower snapshot and its due mark): rows whose
+// txid is visible in @snapshot but not in @since (from @since's xmax, and
+// one probe per transaction on @since's xip list), and rows that came due
+// after @due_since. The dispatcher passes the position of two sweeps before,
+// so a row passed just before the previous sweep, held by a claim that
+// rolled back after it, is still covered. Under a long-held snapshot a sweep
+// from the start steps over the dead entries of every row processed since
+// the snapshot began; the bounded sweep reads those of two intervals only.
+// The empty snapshot ('1:1:') and the zero time sweep from the start: the
+// dispatcher does that once in ten sweeps, for anything else.
 // Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
 // claim's; a row still held by a failed claim's statement is taken at a
 // later sweep), then UPDATE by primary key, writing the lease as every claim
 // does (lease_version + 1, attempts + 1).
-// Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
+// Indexes: outbox_pending_txid (txid from @since's xmax, and per @since's
+// xip entry), outbox_pending_due (available_at after @due_since).
 // 0 rows: nothing was passed (the normal case).
 func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]OutboxClaimPassedRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimPassed,
 		arg.Owner,
 		arg.Lease,
-		arg.Snapshot,
-		arg.DueAfter,
 		arg.MaxRows,
+		arg.Snapshot,
+		arg.Since,
+		arg.DueAfter,
+		arg.DueSince,
 	)
 	if err != nil {
 		return nil, err
@@ -262,6 +313,49 @@ func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedPa
 }
 
 const outboxClaimPassedOrdered = `-- name: OutboxClaimPassedOrdered :many
+WITH win AS (
+    SELECT ($4::text)::pg_snapshot AS snap, ($5::text)::pg_snapshot AS since
+),
+cand AS (
+    (SELECT p.id
+       FROM outbox AS p
+      WHERE p.txid >= (SELECT pg_snapshot_xmax(win.since) FROM win)
+        AND p.txid < (SELECT pg_snapshot_xmax(win.snap) FROM win)
+        AND pg_visible_in_snapshot(p.txid, (SELECT win.snap FROM win))
+        AND p.available_at <= $6::timestamptz
+        AND p.ordered
+        AND p.head
+        AND p.status = 'pending'
+      ORDER BY p.txid, p.id
+      LIMIT $3::integer)
+    UNION ALL
+    (SELECT q.id
+       FROM (SELECT pg_snapshot_xip(win.since) AS xid, win.snap FROM win) AS x
+      CROSS JOIN LATERAL (
+            SELECT p.id
+              FROM outbox AS p
+             WHERE p.txid = x.xid
+               AND pg_visible_in_snapshot(x.xid, x.snap)
+               AND p.available_at <= $6::timestamptz
+               AND p.ordered
+               AND p.head
+               AND p.status = 'pending'
+             ORDER BY p.txid, p.id
+             LIMIT $3::integer) AS q)
+    UNION ALL
+    (SELECT p.id
+       FROM outbox AS p
+      WHERE p.available_at > $7::timestamptz
+        AND p.available_at <= $6::timestamptz
+        AND p.available_at > p.created_at
+        AND p.txid < (SELECT pg_snapshot_xmax(win.snap) FROM win)
+        AND pg_visible_in_snapshot(p.txid, (SELECT win.snap FROM win))
+        AND p.ordered
+        AND p.head
+        AND p.status = 'pending'
+      ORDER BY p.available_at, p.id
+      LIMIT $3::integer)
+)
 UPDATE outbox AS o
    SET status        = 'processing',
        lease_owner   = $1::text,
@@ -269,16 +363,14 @@ UPDATE outbox AS o
        lease_version = o.lease_version + 1,
        attempts      = o.attempts + 1
  WHERE o.id = ANY (ARRAY(
-        SELECT p.id
-          FROM outbox AS p
-         WHERE p.txid < pg_snapshot_xmax(($3::text)::pg_snapshot)
-           AND pg_visible_in_snapshot(p.txid, ($3::text)::pg_snapshot)
-           AND p.available_at <= $4::timestamptz
-           AND p.ordered
-           AND p.head
-           AND p.status = 'pending'
-         ORDER BY p.txid, p.id
-         LIMIT $5::integer
+        SELECT l.id
+          FROM outbox AS l
+         WHERE l.id = ANY (ARRAY(SELECT cand.id FROM cand))
+           AND l.ordered
+           AND l.head
+           AND l.status = 'pending'
+         ORDER BY l.txid, l.id
+         LIMIT $3::integer
            FOR UPDATE SKIP LOCKED))
 RETURNING o.id, o.lease_version, o.attempts, o.ordered
 `
@@ -286,9 +378,11 @@ RETURNING o.id, o.lease_version, o.attempts, o.ordered
 type OutboxClaimPassedOrderedParams struct {
 	Owner    string        `json:"owner"`
 	Lease    time.Duration `json:"lease"`
-	Snapshot string        `json:"snapshot"`
-	DueAfter time.Time     `json:"due_after"`
 	MaxRows  int32         `json:"max_rows"`
+	Snapshot string        `json:"snapshot"`
+	Since    string        `json:"since"`
+	DueAfter time.Time     `json:"due_after"`
+	DueSince time.Time     `json:"due_since"`
 }
 
 type OutboxClaimPassedOrderedRow struct {
@@ -299,16 +393,20 @@ type OutboxClaimPassedOrderedRow struct {
 }
 
 // OutboxClaimPassedOrdered is OutboxClaimPassed for ordered heads (each is
-// the only claimable row of its aggregate, so recovering it keeps the order).
-// Lock strategy: as OutboxClaimPassed. Index: outbox_ordered_txid.
+// the only claimable row of its aggregate, so recovering it keeps the order),
+// bounded the same way by @since and @due_since.
+// Lock strategy: as OutboxClaimPassed. Indexes: outbox_ordered_txid,
+// outbox_ordered_due.
 // 0 rows: nothing was passed (the normal case).
 func (q *Queries) OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]OutboxClaimPassedOrderedRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimPassedOrdered,
 		arg.Owner,
 		arg.Lease,
-		arg.Snapshot,
-		arg.DueAfter,
 		arg.MaxRows,
+		arg.Snapshot,
+		arg.Since,
+		arg.DueAfter,
+		arg.DueSince,
 	)
 	if err != nil {
 		return nil, err

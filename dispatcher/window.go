@@ -127,6 +127,43 @@ type windowState struct {
 	cur       claimCursor
 	lastSweep time.Time
 	sweepTook time.Duration // how long the last sweep ran (it paces the next: sweepDuty)
+	marks     [2]sweepMark  // the cursor at the last two sweeps of this kind, oldest first
+	sweeps    int           // sweeps of this kind so far
+}
+
+// sweepMark is where a cursor was when a sweep ran: the next sweep but one
+// reads only what the cursor passed since (OutboxClaimPassed's @since).
+type sweepMark struct {
+	lower    string
+	dueAfter time.Time
+	server   time.Time
+}
+
+// fullSweepEvery: one sweep in so many reads from the start, for rows
+// behind the cursor that no bounded sweep covers (made claimable by hand in
+// a way the stamp trigger cannot see, or passed while a claim held them
+// longer than a sweep interval).
+const fullSweepEvery = 10
+
+// sweepFrom returns the position the next sweep of w reads from: the mark of
+// two sweeps before, or the start (the empty snapshot, the zero time) for
+// the first two sweeps, every fullSweepEvery-th, and after a server change.
+func (w *windowState) sweepFrom(cur claimCursor) (since string, dueSince time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.marks[0]
+	if m.lower == "" || !m.server.Equal(cur.server) || w.sweeps%fullSweepEvery == fullSweepEvery-1 {
+		return cursorStart, time.Time{}
+	}
+	return m.lower, m.dueAfter
+}
+
+// swept records cur as the position of the sweep that just finished.
+func (w *windowState) swept(cur claimCursor) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.marks[0], w.marks[1] = w.marks[1], sweepMark{cur.lower, cur.dueAfter, cur.server}
+	w.sweeps++
 }
 
 func (w *windowState) get() claimCursor {
@@ -229,12 +266,12 @@ func (d *Dispatcher) sweepBehindCursor(ctx, hardCtx context.Context, sink doneSi
 		d.window.mu.Unlock()
 	}()
 	if d.cfg.Claim != ClaimOrderedOnly {
-		if err := d.claimPassed(ctx, hardCtx, sink, rel, d.window.get(), false); err != nil {
+		if err := d.claimPassed(ctx, hardCtx, sink, rel, &d.window, false); err != nil {
 			return err
 		}
 	}
 	if d.cfg.Claim != ClaimUnorderedOnly {
-		if err := d.claimPassed(ctx, hardCtx, sink, rel, d.windowOrd.get(), true); err != nil {
+		if err := d.claimPassed(ctx, hardCtx, sink, rel, &d.windowOrd, true); err != nil {
 			return err
 		}
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
@@ -254,16 +291,19 @@ func (d *Dispatcher) sweepBehindCursor(ctx, hardCtx context.Context, sink doneSi
 
 // claimPassed claims the rows cur passed (OutboxClaimPassed[Ordered]) and
 // publishes each alone, like a recovered lease.
-func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, rel *releaser, cur claimCursor, ordered bool) error {
+func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, rel *releaser, w *windowState, ordered bool) error {
+	cur := w.get()
 	if cur.lower == cursorStart {
 		return nil // nothing passed yet
 	}
+	since, dueSince := w.sweepFrom(cur)
 	for ctx.Err() == nil && !d.stopping.Load() {
 		start := time.Now()
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 		owner := d.tokens.next()
 		params := db.OutboxClaimPassedParams{
-			Snapshot: cur.lower, DueAfter: cur.dueAfter, MaxRows: int32(sweepRows), Owner: owner, Lease: d.cfg.Lease,
+			Snapshot: cur.lower, DueAfter: cur.dueAfter, Since: since, DueSince: dueSince,
+			MaxRows: int32(sweepRows), Owner: owner, Lease: d.cfg.Lease,
 		}
 		var got []db.OutboxClaimPassedRow
 		var err error
@@ -285,6 +325,7 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 			return fmt.Errorf("claim passed: %w", err)
 		}
 		if len(rows) == 0 {
+			w.swept(cur)
 			return nil
 		}
 		d.metrics.requeued.Add(int64(len(rows)))
@@ -301,6 +342,7 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 			d.runJob(hardCtx, j, sink, rel)
 		}
 		if len(rows) < sweepRows {
+			w.swept(cur)
 			return nil
 		}
 	}

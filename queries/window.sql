@@ -165,16 +165,65 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- alone, so the one row that failed a claim fails only itself. A dispatcher
 -- runs it now and then (Config.SweepInterval) with its cursor's lower
 -- @snapshot and @due_after; it normally claims nothing.
--- This is the one unordered query that reads from the start of the pending
--- rows, so it pays for the dead entries a long snapshot leaves behind; it
--- runs apart from the claims, on the recovery lane, once per interval.
+-- @since and @due_since bound the sweep to the rows the cursor passed since
+-- an earlier position (an older lower snapshot and its due mark): rows whose
+-- txid is visible in @snapshot but not in @since (from @since's xmax, and
+-- one probe per transaction on @since's xip list), and rows that came due
+-- after @due_since. The dispatcher passes the position of two sweeps before,
+-- so a row passed just before the previous sweep, held by a claim that
+-- rolled back after it, is still covered. Under a long-held snapshot a sweep
+-- from the start steps over the dead entries of every row processed since
+-- the snapshot began; the bounded sweep reads those of two intervals only.
+-- The empty snapshot ('1:1:') and the zero time sweep from the start: the
+-- dispatcher does that once in ten sweeps, for anything else.
 -- Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
 -- claim's; a row still held by a failed claim's statement is taken at a
 -- later sweep), then UPDATE by primary key, writing the lease as every claim
 -- does (lease_version + 1, attempts + 1).
--- Index: outbox_pending_txid (txid visible in @snapshot: below its xmax).
+-- Indexes: outbox_pending_txid (txid from @since's xmax, and per @since's
+-- xip entry), outbox_pending_due (available_at after @due_since).
 -- 0 rows: nothing was passed (the normal case).
 -- name: OutboxClaimPassed :many
+WITH win AS (
+    SELECT (@snapshot::text)::pg_snapshot AS snap, (@since::text)::pg_snapshot AS since
+),
+cand AS (
+    (SELECT p.id
+       FROM outbox AS p
+      WHERE p.txid >= (SELECT pg_snapshot_xmax(win.since) FROM win)
+        AND p.txid < (SELECT pg_snapshot_xmax(win.snap) FROM win)
+        AND pg_visible_in_snapshot(p.txid, (SELECT win.snap FROM win))
+        AND p.available_at <= @due_after::timestamptz
+        AND p.status = 'pending'
+        AND NOT p.ordered
+      ORDER BY p.txid, p.id
+      LIMIT @max_rows::integer)
+    UNION ALL
+    (SELECT q.id
+       FROM (SELECT pg_snapshot_xip(win.since) AS xid, win.snap FROM win) AS x
+      CROSS JOIN LATERAL (
+            SELECT p.id
+              FROM outbox AS p
+             WHERE p.txid = x.xid
+               AND pg_visible_in_snapshot(x.xid, x.snap)
+               AND p.available_at <= @due_after::timestamptz
+               AND p.status = 'pending'
+               AND NOT p.ordered
+             ORDER BY p.txid, p.id
+             LIMIT @max_rows::integer) AS q)
+    UNION ALL
+    (SELECT p.id
+       FROM outbox AS p
+      WHERE p.available_at > @due_since::timestamptz
+        AND p.available_at <= @due_after::timestamptz
+        AND p.available_at > p.created_at
+        AND p.txid < (SELECT pg_snapshot_xmax(win.snap) FROM win)
+        AND pg_visible_in_snapshot(p.txid, (SELECT win.snap FROM win))
+        AND p.status = 'pending'
+        AND NOT p.ordered
+      ORDER BY p.available_at, p.id
+      LIMIT @max_rows::integer)
+)
 UPDATE outbox AS o
    SET status        = 'processing',
        lease_owner   = @owner::text,
@@ -182,14 +231,12 @@ UPDATE outbox AS o
        lease_version = o.lease_version + 1,
        attempts      = o.attempts + 1
  WHERE o.id = ANY (ARRAY(
-        SELECT p.id
-          FROM outbox AS p
-         WHERE p.txid < pg_snapshot_xmax((@snapshot::text)::pg_snapshot)
-           AND pg_visible_in_snapshot(p.txid, (@snapshot::text)::pg_snapshot)
-           AND p.available_at <= @due_after::timestamptz
-           AND p.status = 'pending'
-           AND NOT p.ordered
-         ORDER BY p.txid, p.id
+        SELECT l.id
+          FROM outbox AS l
+         WHERE l.id = ANY (ARRAY(SELECT cand.id FROM cand))
+           AND l.status = 'pending'
+           AND NOT l.ordered
+         ORDER BY l.txid, l.id
          LIMIT @max_rows::integer
            FOR UPDATE SKIP LOCKED))
 RETURNING o.id, o.lease_version, o.attempts, o.ordered;
@@ -291,10 +338,55 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
  ORDER BY c.txid, c.id;
 
 -- OutboxClaimPassedOrdered is OutboxClaimPassed for ordered heads (each is
--- the only claimable row of its aggregate, so recovering it keeps the order).
--- Lock strategy: as OutboxClaimPassed. Index: outbox_ordered_txid.
+-- the only claimable row of its aggregate, so recovering it keeps the order),
+-- bounded the same way by @since and @due_since.
+-- Lock strategy: as OutboxClaimPassed. Indexes: outbox_ordered_txid,
+-- outbox_ordered_due.
 -- 0 rows: nothing was passed (the normal case).
 -- name: OutboxClaimPassedOrdered :many
+WITH win AS (
+    SELECT (@snapshot::text)::pg_snapshot AS snap, (@since::text)::pg_snapshot AS since
+),
+cand AS (
+    (SELECT p.id
+       FROM outbox AS p
+      WHERE p.txid >= (SELECT pg_snapshot_xmax(win.since) FROM win)
+        AND p.txid < (SELECT pg_snapshot_xmax(win.snap) FROM win)
+        AND pg_visible_in_snapshot(p.txid, (SELECT win.snap FROM win))
+        AND p.available_at <= @due_after::timestamptz
+        AND p.ordered
+        AND p.head
+        AND p.status = 'pending'
+      ORDER BY p.txid, p.id
+      LIMIT @max_rows::integer)
+    UNION ALL
+    (SELECT q.id
+       FROM (SELECT pg_snapshot_xip(win.since) AS xid, win.snap FROM win) AS x
+      CROSS JOIN LATERAL (
+            SELECT p.id
+              FROM outbox AS p
+             WHERE p.txid = x.xid
+               AND pg_visible_in_snapshot(x.xid, x.snap)
+               AND p.available_at <= @due_after::timestamptz
+               AND p.ordered
+               AND p.head
+               AND p.status = 'pending'
+             ORDER BY p.txid, p.id
+             LIMIT @max_rows::integer) AS q)
+    UNION ALL
+    (SELECT p.id
+       FROM outbox AS p
+      WHERE p.available_at > @due_since::timestamptz
+        AND p.available_at <= @due_after::timestamptz
+        AND p.available_at > p.created_at
+        AND p.txid < (SELECT pg_snapshot_xmax(win.snap) FROM win)
+        AND pg_visible_in_snapshot(p.txid, (SELECT win.snap FROM win))
+        AND p.ordered
+        AND p.head
+        AND p.status = 'pending'
+      ORDER BY p.available_at, p.id
+      LIMIT @max_rows::integer)
+)
 UPDATE outbox AS o
    SET status        = 'processing',
        lease_owner   = @owner::text,
@@ -302,15 +394,13 @@ UPDATE outbox AS o
        lease_version = o.lease_version + 1,
        attempts      = o.attempts + 1
  WHERE o.id = ANY (ARRAY(
-        SELECT p.id
-          FROM outbox AS p
-         WHERE p.txid < pg_snapshot_xmax((@snapshot::text)::pg_snapshot)
-           AND pg_visible_in_snapshot(p.txid, (@snapshot::text)::pg_snapshot)
-           AND p.available_at <= @due_after::timestamptz
-           AND p.ordered
-           AND p.head
-           AND p.status = 'pending'
-         ORDER BY p.txid, p.id
+        SELECT l.id
+          FROM outbox AS l
+         WHERE l.id = ANY (ARRAY(SELECT cand.id FROM cand))
+           AND l.ordered
+           AND l.head
+           AND l.status = 'pending'
+         ORDER BY l.txid, l.id
          LIMIT @max_rows::integer
            FOR UPDATE SKIP LOCKED))
 RETURNING o.id, o.lease_version, o.attempts, o.ordered;
