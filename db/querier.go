@@ -178,8 +178,9 @@ type Querier interface {
 	// rolled back after it, is still covered. Under a long-held snapshot a sweep
 	// from the start steps over the dead entries of every row processed since
 	// the snapshot began; the bounded sweep reads those of two intervals only.
-	// The empty snapshot ('1:1:') and the zero time sweep from the start: the
-	// dispatcher does that once in ten sweeps, for anything else.
+	// An empty @since (or the empty snapshot '1:1:') with the zero @due_since
+	// sweeps from the start: the dispatcher does that once in ten sweeps, for
+	// anything else.
 	// Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
 	// claim's; a row still held by a failed claim's statement is taken at a
 	// later sweep), then UPDATE by primary key, writing the lease as every claim

@@ -175,7 +175,7 @@ func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimO
 
 const outboxClaimPassed = `-- name: OutboxClaimPassed :many
 WITH win AS (
-    SELECT ($4::text)::pg_snapshot AS snap, ($5::text)::pg_snapshot AS since
+    SELECT ($4::text)::pg_snapshot AS snap, coalesce(nullif($5::text, ''), '1:1:')::pg_snapshot AS since
 ),
 cand AS (
     (SELECT p.id
@@ -270,8 +270,9 @@ type OutboxClaimPassedRow struct {
 // rolled back after it, is still covered. Under a long-held snapshot a sweep
 // from the start steps over the dead entries of every row processed since
 // the snapshot began; the bounded sweep reads those of two intervals only.
-// The empty snapshot ('1:1:') and the zero time sweep from the start: the
-// dispatcher does that once in ten sweeps, for anything else.
+// An empty @since (or the empty snapshot '1:1:') with the zero @due_since
+// sweeps from the start: the dispatcher does that once in ten sweeps, for
+// anything else.
 // Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
 // claim's; a row still held by a failed claim's statement is taken at a
 // later sweep), then UPDATE by primary key, writing the lease as every claim
@@ -314,7 +315,7 @@ func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedPa
 
 const outboxClaimPassedOrdered = `-- name: OutboxClaimPassedOrdered :many
 WITH win AS (
-    SELECT ($4::text)::pg_snapshot AS snap, ($5::text)::pg_snapshot AS since
+    SELECT ($4::text)::pg_snapshot AS snap, coalesce(nullif($5::text, ''), '1:1:')::pg_snapshot AS since
 ),
 cand AS (
     (SELECT p.id

@@ -28,7 +28,7 @@ func TestClaimPassed_BoundedBySince(t *testing.T) {
 		return s, at
 	}
 	before := b.seed(t, 1, "before")[0] // visible in since: not swept by the bounded sweep
-	late, err := b.pool.Begin(ctx)       // open at since, commits before the lower snapshot
+	late, err := b.pool.Begin(ctx)      // open at since, commits before the lower snapshot
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,8 +174,9 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- rolled back after it, is still covered. Under a long-held snapshot a sweep
 -- from the start steps over the dead entries of every row processed since
 -- the snapshot began; the bounded sweep reads those of two intervals only.
--- The empty snapshot ('1:1:') and the zero time sweep from the start: the
--- dispatcher does that once in ten sweeps, for anything else.
+-- An empty @since (or the empty snapshot '1:1:') with the zero @due_since
+-- sweeps from the start: the dispatcher does that once in ten sweeps, for
+-- anything else.
 -- Lock strategy: FOR UPDATE SKIP LOCKED (a row a claim holds is that
 -- claim's; a row still held by a failed claim's statement is taken at a
 -- later sweep), then UPDATE by primary key, writing the lease as every claim
@@ -185,7 +186,7 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- 0 rows: nothing was passed (the normal case).
 -- name: OutboxClaimPassed :many
 WITH win AS (
-    SELECT (@snapshot::text)::pg_snapshot AS snap, (@since::text)::pg_snapshot AS since
+    SELECT (@snapshot::text)::pg_snapshot AS snap, coalesce(nullif(@since::text, ''), '1:1:')::pg_snapshot AS since
 ),
 cand AS (
     (SELECT p.id
@@ -345,7 +346,7 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- 0 rows: nothing was passed (the normal case).
 -- name: OutboxClaimPassedOrdered :many
 WITH win AS (
-    SELECT (@snapshot::text)::pg_snapshot AS snap, (@since::text)::pg_snapshot AS since
+    SELECT (@snapshot::text)::pg_snapshot AS snap, coalesce(nullif(@since::text, ''), '1:1:')::pg_snapshot AS since
 ),
 cand AS (
     (SELECT p.id
