@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
@@ -208,18 +210,23 @@ func (p *relayProc) published() (int64, error) {
 }
 
 // drainRelays starts k `pgoutbox run --publisher discard` processes on a
-// prepared backlog of n and measures from their start to the moment their
-// published counters add up to n (each poll reads every relay's /metrics).
-// It returns msg/s, the elapsed time and the relays' CPU time (user +
-// system, all k processes, startup included) per message.
+// prepared backlog of n and measures from their start to the finalize that
+// made the last message done. It returns msg/s, the elapsed time and the
+// relays' CPU time (user + system, all k processes, startup included) per
+// message.
 //
-// The polls are spaced by relayPollDelay, not a fixed 2 ms: one scrape costs
-// the relay about 1.2 ms of CPU (the OpenTelemetry SDK collects every
-// instrument and the Prometheus exporter encodes them as text), so a
-// scrape every 2 ms took a third to a half of the relay's CPU on two cores
-// and halved its drain rate; the in-process rows read Stats() instead,
-// which costs nothing (BENCHMARKS.md, tuning log 11).
-func drainRelays(ctx context.Context, url string, k, n int) (float64, time.Duration, time.Duration, error) {
+// The clock is the database's: the start is clock_timestamp() read right
+// before the processes are started, the end max(done_at), the time of the
+// transaction of the last finalize (OutboxMarkDoneMany sets done_at =
+// now()), which is up to one flush (milliseconds, of a drain of seconds)
+// earlier than the in-process rows' end (their Stats().Published after the
+// flush returned). The relays' /metrics are read only to know when they are
+// done, every relayPoll: one scrape costs the relay about 1.2 ms of CPU (the
+// OpenTelemetry SDK collects every instrument and the Prometheus exporter
+// encodes them as text), so the former scrape every 2 ms, to catch the end
+// by the published counter, took a third to a half of the relay's CPU on
+// two cores and halved its drain rate (BENCHMARKS.md, tuning log 11).
+func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int) (float64, time.Duration, time.Duration, error) {
 	if _, err := relayBin.get(); err != nil { // build before the clock starts
 		return 0, 0, 0, err
 	}
@@ -229,7 +236,11 @@ func drainRelays(ctx context.Context, url string, k, n int) (float64, time.Durat
 			_ = p.stop()
 		}
 	}()
-	start := time.Now()
+	var start time.Time
+	if err := admin.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&start); err != nil {
+		return 0, 0, 0, err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
 	for i := 0; i < k; i++ {
 		p, err := startRelay(url, "discard")
 		if err != nil {
@@ -237,12 +248,7 @@ func drainRelays(ctx context.Context, url string, k, n int) (float64, time.Durat
 		}
 		procs = append(procs, p)
 	}
-	deadline := start.Add(10 * time.Minute)
-	var (
-		prev   int64
-		prevAt = start
-		scrape int
-	)
+	scrapes := 0
 	for {
 		var total int64
 		for _, p := range procs {
@@ -252,19 +258,15 @@ func drainRelays(ctx context.Context, url string, k, n int) (float64, time.Durat
 			}
 			total += max(v, 0)
 		}
-		scrape++
+		scrapes += k
 		if total >= int64(n) {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return 0, 0, 0, fmt.Errorf("relays: only %d of %d published before the deadline", total, n)
 		}
-		now := time.Now()
-		delay := relayPollDelay(int64(n)-total, total-prev, now.Sub(prevAt))
-		prev, prevAt = total, now
-		time.Sleep(delay)
+		time.Sleep(relayPoll)
 	}
-	elapsed := time.Since(start)
 	var cpu time.Duration
 	for _, p := range procs {
 		c, err := p.cpu()
@@ -281,28 +283,17 @@ func drainRelays(ctx context.Context, url string, k, n int) (float64, time.Durat
 	if err := errors.Join(errs...); err != nil {
 		return 0, 0, 0, err
 	}
-	logf("  %d relay(s): %d polls of /metrics; relay CPU %s (%s per message)", k, scrape, cpu.Round(10*time.Millisecond), perMessage(cpu, n))
+	var end time.Time
+	if err := admin.QueryRow(ctx, "SELECT max(done_at) FROM outbox").Scan(&end); err != nil {
+		return 0, 0, 0, err
+	}
+	elapsed := end.Sub(start)
+	logf("  %d relay(s): %d scrapes of /metrics; relay CPU %s (%s per message)", k, scrapes, cpu.Round(10*time.Millisecond), perMessage(cpu, n))
 	return float64(n) / elapsed.Seconds(), elapsed, cpu / time.Duration(n), nil
 }
 
-// Poll spacing of drainRelays: never more often than relayPollMin, never
-// less often than relayPollMax, and in between half the time the last
-// interval's rate needs for what is left, so that the end is seen within
-// about relayPollMin (the end measured late by at most that, against the
-// relay) with a few dozen scrapes per drain instead of thousands.
-const (
-	relayPollMin = 2 * time.Millisecond
-	relayPollMax = 100 * time.Millisecond
-)
-
-func relayPollDelay(left, published int64, over time.Duration) time.Duration {
-	if published <= 0 || over <= 0 {
-		return 10 * time.Millisecond // starting up: nothing published yet
-	}
-	rate := float64(published) / over.Seconds()
-	d := time.Duration(float64(left) / rate / 2 * float64(time.Second))
-	return min(max(d, relayPollMin), relayPollMax)
-}
+// relayPoll is how often drainRelays reads the relays' published counters.
+const relayPoll = 200 * time.Millisecond
 
 func perMessage(cpu time.Duration, n int) string {
 	return fmt.Sprintf("%.1f µs", float64(cpu.Nanoseconds())/float64(n)/1e3)
@@ -351,9 +342,9 @@ func drainDefaultsRound(ctx context.Context, e *env, sys string, round, n int, s
 		rate, elapsed, err = drainOutbox(ctx, e.outboxURL, zeroSetup(), n, nil)
 		cpu = (selfCPU() - before) / time.Duration(n)
 	case "relay":
-		rate, elapsed, cpu, err = drainRelays(ctx, e.outboxURL, 1, n)
+		rate, elapsed, cpu, err = drainRelays(ctx, e.outbox, e.outboxURL, 1, n)
 	case "relay4":
-		rate, elapsed, cpu, err = drainRelays(ctx, e.outboxURL, 4, n)
+		rate, elapsed, cpu, err = drainRelays(ctx, e.outbox, e.outboxURL, 4, n)
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", sys, err)

@@ -38,7 +38,7 @@ func (r *results) writeDefaultsSetup(p func(string, ...any)) {
 	}
 	p("- **Defaults** (the same backlog, rounds and rotation, nothing tuned):")
 	p("  - *Config{}*: %s; timed like the pgoutbox column.", r.ZeroConfig)
-	p("  - *pgoutbox run*: one relay process, %s. Built from `cmd/pgoutbox` before the first round; timed from starting the process to the moment its `pgoutbox_messages_published_total` reached the backlog (read from `/metrics` over one kept-alive connection, at intervals of half the time the last interval's rate needs for what is left, between 2 ms and 100 ms: one scrape costs the relay about 1.2 ms of CPU, so a fixed 2 ms poll would measure the scrapes), so process start, connecting and the schema check count too.", r.RelayConfig)
+	p("  - *pgoutbox run*: one relay process, %s. Built from `cmd/pgoutbox` before the first round; timed on the database clock from `clock_timestamp()` right before starting the process to `max(done_at)`, the transaction time of the finalize that made the last message done (up to one flush earlier than the in-process rows' end); its `/metrics` is read every 200 ms only to know when it is done (one scrape costs the relay about 1.2 ms of CPU: the former poll every 2 ms took a third to a half of its CPU), so process start, connecting and the schema check count too.", r.RelayConfig)
 	p("  - *4 × pgoutbox run*: four such processes started together on the backlog, timed until their published counters add up to it.")
 	p("")
 }
