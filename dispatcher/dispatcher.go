@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -265,44 +266,14 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 			continue
 		}
 
-		claimed := 0
-		failed := false
 		kinds := []ClaimMode{ClaimUnorderedOnly, ClaimOrderedOnly}
 		if orderedFirst {
 			kinds[0], kinds[1] = kinds[1], kinds[0]
 		}
 		orderedFirst = !orderedFirst
-		for _, kind := range kinds {
-			if d.cfg.Claim != ClaimAll && d.cfg.Claim != kind {
-				continue
-			}
-			n := min(sizes.of(kind).size(), limit-int(d.inFlight.Load()))
-			if n <= 0 {
-				break
-			}
-			var got int
-			var err error
-			if kind == ClaimUnorderedOnly {
-				got, err = d.claimUnordered(ctx, n, jobs)
-			} else {
-				got, err = d.claimOrdered(ctx, n, jobs)
-			}
-			if err != nil && (isRowError(err) || isTimeout(ctx, err)) {
-				// One row may be what fails the whole claim (it cannot be
-				// returned): claim without payloads and read them one by one.
-				d.metrics.isolations.Add(1)
-				d.log.Warn("claim failed with a data or resource error or timed out; claiming through the isolation path",
-					slog.String("kind", kind.String()), slog.String("sqlstate", sqlState(err)), slog.Any("error", err))
-				got, err = d.isolate(ctx, kind, n, jobs, rel)
-			}
-			if err != nil {
-				failed = d.dbError(ctx, "claim", err, &dbFailures)
-				break
-			}
-			sizes.of(kind).observe(n, got, time.Now())
-			claimed += got
-		}
-		if failed {
+		claimed, err := d.claimRound(ctx, sizes, limit, kinds, jobs, rel)
+		if err != nil {
+			d.dbError(ctx, "claim", err, &dbFailures)
 			continue
 		}
 		dbFailures = 0
@@ -342,6 +313,87 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		case <-ctx.Done():
 		}
 	}
+}
+
+// claimRound claims once of each kind the dispatcher claims (Config.Claim),
+// in the order of kinds, and returns how many messages it claimed. The first
+// error ends the round (the claims before it keep their messages).
+//
+// With ClaimAll, when both claims fit in flight at their full sizes (an idle
+// or lightly loaded dispatcher: where a message's latency counts) and the
+// pool has connections to spare, the two claims run at the same time on two
+// connections: a message of either kind then waits for one claim (one
+// OutboxClaimSnapshot and one window claim), not for the other kind's as
+// well. Otherwise they run one after the other, each sized to the room left.
+func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int, kinds []ClaimMode, jobs chan<- *job, rel *releaser) (int, error) {
+	if d.cfg.Claim == ClaimAll && d.pool.Config().MaxConns >= concurrentClaimConns {
+		a, b := sizes.of(kinds[0]).size(), sizes.of(kinds[1]).size()
+		if a+b <= limit-int(d.inFlight.Load()) {
+			var (
+				gotB int
+				errB error
+				done = make(chan struct{})
+			)
+			go func() {
+				defer close(done)
+				gotB, errB = d.claimKind(ctx, kinds[1], b, jobs, rel)
+			}()
+			gotA, errA := d.claimKind(ctx, kinds[0], a, jobs, rel)
+			<-done
+			now := time.Now()
+			if errA == nil {
+				sizes.of(kinds[0]).observe(a, gotA, now)
+			}
+			if errB == nil {
+				sizes.of(kinds[1]).observe(b, gotB, now)
+			}
+			return gotA + gotB, cmp.Or(errA, errB)
+		}
+	}
+	claimed := 0
+	for _, kind := range kinds {
+		if d.cfg.Claim != ClaimAll && d.cfg.Claim != kind {
+			continue
+		}
+		n := min(sizes.of(kind).size(), limit-int(d.inFlight.Load()))
+		if n <= 0 {
+			break
+		}
+		got, err := d.claimKind(ctx, kind, n, jobs, rel)
+		if err != nil {
+			return claimed, err
+		}
+		sizes.of(kind).observe(n, got, time.Now())
+		claimed += got
+	}
+	return claimed, nil
+}
+
+// concurrentClaimConns is the smallest pool (MaxConns) on which claimRound
+// runs the two kinds' claims at once: they take two connections, and the
+// finalizer and the recovery lane must still find one without waiting
+// (pgxpool's default size is max(4, NumCPU)).
+const concurrentClaimConns = 4
+
+// claimKind claims up to n messages of kind, falling back to the isolation
+// path when the claim failed on a row or timed out.
+func (d *Dispatcher) claimKind(ctx context.Context, kind ClaimMode, n int, jobs chan<- *job, rel *releaser) (int, error) {
+	var got int
+	var err error
+	if kind == ClaimUnorderedOnly {
+		got, err = d.claimUnordered(ctx, n, jobs)
+	} else {
+		got, err = d.claimOrdered(ctx, n, jobs)
+	}
+	if err != nil && (isRowError(err) || isTimeout(ctx, err)) {
+		// One row may be what fails the whole claim (it cannot be
+		// returned): claim without payloads and read them one by one.
+		d.metrics.isolations.Add(1)
+		d.log.Warn("claim failed with a data or resource error or timed out; claiming through the isolation path",
+			slog.String("kind", kind.String()), slog.String("sqlstate", sqlState(err)), slog.Any("error", err))
+		got, err = d.isolate(ctx, kind, n, jobs, rel)
+	}
+	return got, err
 }
 
 // dbError logs a database error and sleeps a capped, jittered backoff. It

@@ -15,7 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
@@ -121,6 +124,44 @@ func startRelay(url, publisher string) (*relayProc, error) {
 	return p, nil
 }
 
+// cpu is the CPU time (user + system) the relay process has used so far,
+// from /proc/<pid>/stat (clock ticks: 10 ms resolution at the usual 100 Hz).
+func (p *relayProc) cpu() (time.Duration, error) {
+	return procCPU(p.cmd.Process.Pid)
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's times:
+// 100 on every Linux architecture Go supports (sysconf(_SC_CLK_TCK) is a
+// constant there).
+const clockTicks = 100
+
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: the fields that follow
+	// start after its closing parenthesis; utime and stime are fields 14
+	// and 15 of the line, 12 and 13 after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
 // stop sends SIGINT (graceful shutdown) and waits.
 func (p *relayProc) stop() error {
 	_ = p.cmd.Process.Signal(os.Interrupt)
@@ -169,11 +210,25 @@ func (p *relayProc) published() (int64, error) {
 }
 
 // drainRelays starts k `pgoutbox run --publisher discard` processes on a
-// prepared backlog of n and measures from their start to the moment their
-// published counters add up to n (each poll reads every relay's /metrics).
-func drainRelays(ctx context.Context, url string, k, n int) (float64, time.Duration, error) {
+// prepared backlog of n and measures from their start to the finalize that
+// made the last message done. It returns msg/s, the elapsed time and the
+// relays' CPU time (user + system, all k processes, startup included) per
+// message.
+//
+// The clock is the database's: the start is clock_timestamp() read right
+// before the processes are started, the end max(done_at), the time of the
+// transaction of the last finalize (OutboxMarkDoneMany sets done_at =
+// now()), which is up to one flush (milliseconds, of a drain of seconds)
+// earlier than the in-process rows' end (their Stats().Published after the
+// flush returned). The relays' /metrics are read only to know when they are
+// done, every relayPoll: one scrape costs the relay about 1.2 ms of CPU (the
+// OpenTelemetry SDK collects every instrument and the Prometheus exporter
+// encodes them as text), so the former scrape every 2 ms, to catch the end
+// by the published counter, took a third to a half of the relay's CPU on
+// two cores and halved its drain rate (BENCHMARKS.md, tuning log 11).
+func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int) (float64, time.Duration, time.Duration, error) {
 	if _, err := relayBin.get(); err != nil { // build before the clock starts
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	procs := make([]*relayProc, 0, k)
 	defer func() {
@@ -181,95 +236,211 @@ func drainRelays(ctx context.Context, url string, k, n int) (float64, time.Durat
 			_ = p.stop()
 		}
 	}()
-	start := time.Now()
+	var start time.Time
+	if err := admin.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&start); err != nil {
+		return 0, 0, 0, err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
 	for i := 0; i < k; i++ {
 		p, err := startRelay(url, "discard")
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		procs = append(procs, p)
 	}
-	deadline := start.Add(10 * time.Minute)
+	scrapes := 0
 	for {
 		var total int64
 		for _, p := range procs {
 			v, err := p.published()
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 			total += max(v, 0)
 		}
+		scrapes += k
 		if total >= int64(n) {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return 0, 0, fmt.Errorf("relays: only %d of %d published before the deadline", total, n)
+			return 0, 0, 0, fmt.Errorf("relays: only %d of %d published before the deadline", total, n)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(relayPoll)
 	}
-	elapsed := time.Since(start)
+	var cpu time.Duration
+	for _, p := range procs {
+		c, err := p.cpu()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		cpu += c
+	}
 	var errs []error
 	for _, p := range procs {
 		errs = append(errs, p.stop())
 	}
 	procs = nil
 	if err := errors.Join(errs...); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return float64(n) / elapsed.Seconds(), elapsed, nil
+	var end time.Time
+	if err := admin.QueryRow(ctx, "SELECT max(done_at) FROM outbox").Scan(&end); err != nil {
+		return 0, 0, 0, err
+	}
+	elapsed := end.Sub(start)
+	logf("  %d relay(s): %d scrapes of /metrics; relay CPU %s (%s per message)", k, scrapes, cpu.Round(10*time.Millisecond), perMessage(cpu, n))
+	return float64(n) / elapsed.Seconds(), elapsed, cpu / time.Duration(n), nil
 }
 
-func (r *results) addDefaults(sys string, rate float64) {
+// relayPoll is how often drainRelays reads the relays' published counters.
+const relayPoll = 200 * time.Millisecond
+
+func perMessage(cpu time.Duration, n int) string {
+	return fmt.Sprintf("%.1f µs", float64(cpu.Nanoseconds())/float64(n)/1e3)
+}
+
+func (r *results) addDefaults(sys string, rate float64, cpu time.Duration) {
 	switch sys {
 	case "zero":
 		r.DrainZero = append(r.DrainZero, rate)
+		r.DrainZeroCPU = append(r.DrainZeroCPU, cpu)
 	case "relay":
 		r.DrainRelay = append(r.DrainRelay, rate)
+		r.DrainRelayCPU = append(r.DrainRelayCPU, cpu)
 	case "relay4":
 		r.DrainRelay4 = append(r.DrainRelay4, rate)
+		r.DrainRelay4CPU = append(r.DrainRelay4CPU, cpu)
 	}
 }
 
 // drainDefaultsRound is one round of a defaults row: a fresh backlog of n,
 // settled like every other round, drained by the zero Config in process or
-// by one or four relay processes.
-func drainDefaultsRound(ctx context.Context, e *env, sys string, round, n int, settleAll func() error) (float64, error) {
+// by one or four relay processes. It returns msg/s and the CPU time per
+// message of the process(es) that drained: the relays', or this process's
+// during the in-process drain (the dispatcher and the Stats() poll).
+func drainDefaultsRound(ctx context.Context, e *env, sys string, round, n int, settleAll func() error) (float64, time.Duration, error) {
 	e.res.ZeroConfig = zeroSetupString()
 	e.res.RelayConfig = "`pgoutbox run " + relayFlags + "` (every dispatcher setting at its default, pool at pgxpool's default size)"
 	if err := resetOutbox(ctx, e.outbox); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := enqueueOutbox(ctx, e.outbox, n, false, 1000); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := settleAll(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var (
 		rate    float64
 		elapsed time.Duration
+		cpu     time.Duration
 		err     error
 	)
 	switch sys {
 	case "zero":
+		before := selfCPU()
 		rate, elapsed, err = drainOutbox(ctx, e.outboxURL, zeroSetup(), n, nil)
+		cpu = (selfCPU() - before) / time.Duration(n)
 	case "relay":
-		rate, elapsed, err = drainRelays(ctx, e.outboxURL, 1, n)
+		rate, elapsed, cpu, err = drainRelays(ctx, e.outbox, e.outboxURL, 1, n)
 	case "relay4":
-		rate, elapsed, err = drainRelays(ctx, e.outboxURL, 4, n)
+		rate, elapsed, cpu, err = drainRelays(ctx, e.outbox, e.outboxURL, 4, n)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", sys, err)
+		return 0, 0, fmt.Errorf("%s: %w", sys, err)
 	}
 	done, err := countDone(ctx, e.outbox)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if done != int64(n) {
-		return 0, fmt.Errorf("%s round %d: %d rows done, want %d", sys, round, done, n)
+		return 0, 0, fmt.Errorf("%s round %d: %d rows done, want %d", sys, round, done, n)
 	}
-	logf("round %d %-8s %d messages in %s = %.0f msg/s", round, sys+":", n, elapsed.Round(time.Millisecond), rate)
-	return rate, nil
+	logf("round %d %-8s %d messages in %s = %.0f msg/s, %s CPU per message (load average %s)", round, sys+":", n, elapsed.Round(time.Millisecond), rate,
+		perMessage(cpu*time.Duration(n), n), loadAverage())
+	return rate, cpu, nil
+}
+
+// selfCPU is this process's CPU time so far (user + system).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loadAverage is the first field of /proc/loadavg ("?" where there is none).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// runDefaults is the item "defaults": the defaults rows of item 1 and River,
+// in the same rotation and with the same preparation as item 1 (which
+// measures them too), without the tuned pgoutbox and the SQL ceiling: for
+// measuring the defaults alone (-only defaults).
+func runDefaults(ctx context.Context, e *env) error {
+	n := 100_000
+	e.res.DrainN = n
+	e.res.RiverConfig = riverSetupString()
+	rp, err := newPool(ctx, e.riverURL, 4)
+	if err != nil {
+		return err
+	}
+	defer rp.Close()
+	settleAll := func() error {
+		if _, err := rp.Exec(ctx, "VACUUM ANALYZE river_job"); err != nil {
+			return err
+		}
+		return settle(ctx, e.outbox, "outbox")
+	}
+	systems := []string{"river", "zero", "relay", "relay4"}
+	for round := -1; round < e.o.rounds; round++ {
+		k := (round + 1) % len(systems)
+		for _, sys := range append(append([]string(nil), systems[k:]...), systems[:k]...) {
+			if sys == "river" {
+				rate, elapsed, err := drainRiver(ctx, rp, n, settleAll)
+				if err != nil {
+					return err
+				}
+				logf("round %d River:    %d jobs in %s = %.0f jobs/s (load average %s)", round, n, elapsed.Round(time.Millisecond), rate, loadAverage())
+				if round >= 0 {
+					e.res.DrainRiver = append(e.res.DrainRiver, rate)
+				}
+				continue
+			}
+			rate, cpu, err := drainDefaultsRound(ctx, e, sys, round, n, settleAll)
+			if err != nil {
+				return err
+			}
+			if round >= 0 {
+				e.res.addDefaults(sys, rate, cpu)
+			}
+		}
+	}
+	river := median(e.res.DrainRiver)
+	logf("defaults: River %.0f jobs/s; zero Config %.0f msg/s (%.2fx River, %s CPU per message), pgoutbox run %.0f msg/s (%.2fx River, %s), 4 x pgoutbox run %.0f msg/s (%.2fx one, %s)",
+		river, median(e.res.DrainZero), median(e.res.DrainZero)/river, medianCPU(e.res.DrainZeroCPU),
+		median(e.res.DrainRelay), median(e.res.DrainRelay)/river, medianCPU(e.res.DrainRelayCPU),
+		median(e.res.DrainRelay4), median(e.res.DrainRelay4)/median(e.res.DrainRelay), medianCPU(e.res.DrainRelay4CPU))
+	return nil
+}
+
+// medianCPU formats the median of per-message CPU times.
+func medianCPU(xs []time.Duration) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	f := make([]float64, len(xs))
+	for i, x := range xs {
+		f[i] = float64(x)
+	}
+	return perMessage(time.Duration(median(f)), 1)
 }
 
 // cleanup removes the built relay binary.

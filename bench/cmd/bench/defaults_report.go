@@ -38,7 +38,7 @@ func (r *results) writeDefaultsSetup(p func(string, ...any)) {
 	}
 	p("- **Defaults** (the same backlog, rounds and rotation, nothing tuned):")
 	p("  - *Config{}*: %s; timed like the pgoutbox column.", r.ZeroConfig)
-	p("  - *pgoutbox run*: one relay process, %s. Built from `cmd/pgoutbox` before the first round; timed from starting the process to the moment its `pgoutbox_messages_published_total` reached the backlog (read from `/metrics` every 2 ms over one kept-alive connection), so process start, connecting and the schema check count too.", r.RelayConfig)
+	p("  - *pgoutbox run*: one relay process, %s. Built from `cmd/pgoutbox` before the first round; timed on the database clock from `clock_timestamp()` right before starting the process to `max(done_at)`, the transaction time of the finalize that made the last message done (up to one flush earlier than the in-process rows' end); its `/metrics` is read every 200 ms only to know when it is done (one scrape costs the relay about 1.2 ms of CPU: the former poll every 2 ms took a third to a half of its CPU), so process start, connecting and the schema check count too.", r.RelayConfig)
 	p("  - *4 × pgoutbox run*: four such processes started together on the backlog, timed until their published counters add up to it.")
 	p("")
 }
@@ -85,6 +85,11 @@ func (r *results) writeDefaultsRatios(p func(string, ...any)) {
 	p("Defaults / River: `Config{}` **%.2f×**, `pgoutbox run` **%.2f×**; four relays / one: **%.2f×**. `Config{}` / SQL ceiling: %.0f%%.",
 		median(r.DrainZero)/river, median(r.DrainRelay)/river, median(r.DrainRelay4)/median(r.DrainRelay), 100*median(r.DrainZero)/r.CeilingRate)
 	p("")
+	if len(r.DrainZeroCPU) > 0 {
+		p("CPU time per message (median of the rounds; user + system, less sensitive to the machine's load than the rates): `Config{}` %s (the benchmark process during the drain: the dispatcher and its `Stats()` poll), `pgoutbox run` %s (the relay process, startup included), four relays %s (all four processes).",
+			medianCPU(r.DrainZeroCPU), medianCPU(r.DrainRelayCPU), medianCPU(r.DrainRelay4CPU))
+		p("")
+	}
 }
 
 func (r *results) writeIdleAndCrash(p func(string, ...any)) {
@@ -93,9 +98,9 @@ func (r *results) writeIdleAndCrash(p func(string, ...any)) {
 		p("")
 		p("`%s` (every dispatcher setting at its default) waits on an empty table; one producer commits a one-event transaction (`dispatcher.Enqueue`) every %s for %s, after one warm-up event. Latency: from the producer's `COMMIT` returning to the relay's stdout line for that message being read by the benchmark (one monotonic clock; the pipe adds microseconds).", i.Command, i.Interval, i.Duration)
 		p("")
-		p("| Events | Delivered | p50 | p90 | p99 | max |")
-		p("| --- | --- | --- | --- | --- | --- |")
-		p("| %d | %d | %s | %s | %s | %s |", i.Sent, i.Delivered, ms(i.P50), ms(i.P90), ms(i.P99), ms(i.Max))
+		p("| Events | Delivered | p50 | p90 | p99 | max | Relay CPU per event | Load average |")
+		p("| --- | --- | --- | --- | --- | --- | --- | --- |")
+		p("| %d | %d | %s | %s | %s | %s | %s | %s |", i.Sent, i.Delivered, ms(i.P50), ms(i.P90), ms(i.P99), ms(i.Max), perMessage(i.CPU, 1), i.Load)
 		p("")
 	}
 	if c := r.Crash; c != nil {

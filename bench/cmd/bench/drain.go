@@ -228,12 +228,12 @@ func runDrain(ctx context.Context, e *env) error {
 					e.res.CeilingRounds = append(e.res.CeilingRounds, rate)
 				}
 			case "zero", "relay", "relay4":
-				rate, err := drainDefaultsRound(ctx, e, sys, round, n, settleAll)
+				rate, cpu, err := drainDefaultsRound(ctx, e, sys, round, n, settleAll)
 				if err != nil {
 					return err
 				}
 				if round >= 0 {
-					e.res.addDefaults(sys, rate)
+					e.res.addDefaults(sys, rate, cpu)
 				}
 			case "outbox":
 				if err := resetOutbox(ctx, e.outbox); err != nil {

@@ -25,6 +25,8 @@ type idleResult struct {
 	P99, Max  time.Duration
 	Samples   []time.Duration
 	Command   string
+	CPU       time.Duration // the relay's CPU time per event over the measured minute
+	Load      string        // the load average at the end
 }
 
 const (
@@ -121,6 +123,10 @@ wait:
 
 	r := &idleResult{Interval: idleInterval, Duration: idleDuration,
 		Command: "pgoutbox run --publisher stdout --metrics-addr 127.0.0.1:PORT --log-level warn"}
+	cpu0, err := p.cpu()
+	if err != nil {
+		return err
+	}
 	tick := time.NewTicker(idleInterval)
 	defer tick.Stop()
 	end := time.Now().Add(idleDuration)
@@ -147,6 +153,11 @@ wait:
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	cpu1, err := p.cpu()
+	if err != nil {
+		return err
+	}
+	r.CPU, r.Load = (cpu1-cpu0)/time.Duration(max(r.Sent, 1)), loadAverage()
 	mu.Lock()
 	for id, c := range committed {
 		a, ok := arrived[id]
@@ -161,7 +172,8 @@ wait:
 	r.P50, r.P90 = percentile(r.Samples, 0.50), percentile(r.Samples, 0.90)
 	r.P99, r.Max = percentile(r.Samples, 0.99), percentile(r.Samples, 1)
 	e.res.Idle = r
-	logf("idle: %d / %d delivered, p50 %s p90 %s p99 %s max %s", r.Delivered, r.Sent, r.P50, r.P90, r.P99, r.Max)
+	logf("idle: %d / %d delivered, p50 %s p90 %s p99 %s max %s; relay CPU %s per event; load average %s",
+		r.Delivered, r.Sent, r.P50, r.P90, r.P99, r.Max, r.CPU.Round(time.Microsecond), r.Load)
 	if r.Delivered != r.Sent {
 		return fmt.Errorf("idle: %d of %d events delivered", r.Delivered, r.Sent)
 	}

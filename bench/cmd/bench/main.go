@@ -68,8 +68,9 @@ func (o options) want(item string) bool {
 }
 
 // optInItems run only when -only names them (they are long or answer a
-// one-off question): see horizon_soak.go.
-var optInItems = map[string]bool{"soak": true, "retention": true}
+// one-off question): see horizon_soak.go; "defaults" measures a subset of
+// item 1 (defaults.go).
+var optInItems = map[string]bool{"soak": true, "retention": true, "defaults": true}
 
 func main() {
 	var (
@@ -82,7 +83,7 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: soak,retention); default all but the opt-in ones")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: defaults,soak,retention); default all but the opt-in ones")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.StringVar(&o.memprofile, "memprofile", "", "development: with -try, write an allocation profile (pprof allocs) at the end to this file")
@@ -236,6 +237,7 @@ func run(o options) error {
 		f    func(context.Context, *env) error
 	}{
 		{"drain", runDrain},
+		{"defaults", runDefaults},
 		{"idle", runIdle},
 		{"ceiling", runCeiling},
 		{"sweep", runSweep},

@@ -45,6 +45,9 @@ type results struct {
 	RelayConfig string
 	Idle        *idleResult
 	Crash       *crashResult
+	// CPU time per message of the process(es) that drained, per round: this
+	// process for DrainZero, the relays (startup included) for the others.
+	DrainZeroCPU, DrainRelayCPU, DrainRelay4CPU []time.Duration
 
 	// Throughput sweeps (charts).
 	SweepN           int
