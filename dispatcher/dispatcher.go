@@ -316,8 +316,11 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 }
 
 // claimRound claims once of each kind the dispatcher claims (Config.Claim),
-// in the order of kinds, and returns how many messages it claimed. The first
-// error ends the round (the claims before it keep their messages).
+// in the order of kinds, and returns how many messages it claimed. In turn,
+// the first error ends the round; at once, both claims run to the end and
+// the first kind's error is returned before the second's. Either way the
+// messages claimed are dispatched, and a kind whose claim failed does not
+// change its claim size.
 //
 // With ClaimAll, when both claims fit in flight at their full sizes (an idle
 // or lightly loaded dispatcher: where a message's latency counts) and the
