@@ -63,7 +63,9 @@ type ClaimMode int
 const (
 	// ClaimAll claims unordered messages with OutboxClaimWindow and ordered
 	// messages (Event.Ordered) with OutboxClaimOrderedWindow, in the same
-	// loop (queries/window.sql).
+	// loop (queries/window.sql): at the same time on two connections when
+	// both claims fit in flight and the pool has at least 4, in turn
+	// otherwise.
 	ClaimAll ClaimMode = iota
 	// ClaimUnorderedOnly claims only unordered messages.
 	ClaimUnorderedOnly
