@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +31,8 @@ type tracingCase struct {
 	Rate      float64   // median
 	CPURounds []float64 // this process's CPU (user+system) per message, µs
 	CPU       float64   // median
+	Allocs    float64   // heap allocations per message (median of the rounds)
+	allocs    []float64
 	Spans     int64     // spans ended in the last round (sampled case)
 }
 
@@ -87,12 +92,18 @@ func runTracing(ctx context.Context, e *env) error {
 					sdktrace.WithBatcher(counter, sdktrace.WithMaxQueueSize(20_000), sdktrace.WithMaxExportBatchSize(2048)))
 				s.cfg.TracerProvider = tp
 			}
+			stopProfile := e.caseProfile(round, c.Name)
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
 			cpu0 := processCPU()
 			rate, elapsed, err := drainOutbox(ctx, e.outboxURL, s, n, nil)
 			if tp != nil {
 				_ = tp.Shutdown(ctx) // exports what the batch processor still holds: part of the cost
 			}
 			cpuPerMsg := float64(processCPU()-cpu0) / float64(time.Microsecond) / float64(n)
+			runtime.ReadMemStats(&m1)
+			stopProfile()
+			allocsPerMsg := float64(m1.Mallocs-m0.Mallocs) / float64(n)
 			if err != nil {
 				return err
 			}
@@ -103,11 +114,12 @@ func runTracing(ctx context.Context, e *env) error {
 			if done != int64(n) {
 				return fmt.Errorf("tracing %s round %d: %d rows done, want %d", c.Name, round, done, n)
 			}
-			logf("round %d tracing %s: %d messages in %s = %.0f msg/s, %.2f µs CPU per message", round, c.Name, n,
-				elapsed.Round(time.Millisecond), rate, cpuPerMsg)
+			logf("round %d tracing %s: %d messages in %s = %.0f msg/s, %.2f µs CPU and %.1f allocations per message", round, c.Name, n,
+				elapsed.Round(time.Millisecond), rate, cpuPerMsg, allocsPerMsg)
 			if round >= 0 {
 				c.Rounds = append(c.Rounds, rate)
 				c.CPURounds = append(c.CPURounds, cpuPerMsg)
+				c.allocs = append(c.allocs, allocsPerMsg)
 				if counter != nil {
 					c.Spans = counter.n
 				}
@@ -117,12 +129,39 @@ func runTracing(ctx context.Context, e *env) error {
 	for _, c := range cases {
 		c.Rate = median(c.Rounds)
 		c.CPU = median(c.CPURounds)
+		c.Allocs = median(c.allocs)
 		e.res.Tracing = append(e.res.Tracing, *c)
 	}
-	logf("tracing: code off %.0f, disabled %.0f (%.1f%%), every message sampled %.0f msg/s (%.1f%%); CPU per message %.2f, %.2f, %.2f µs",
+	logf("tracing: code off %.0f, disabled %.0f (%.1f%%), every message sampled %.0f msg/s (%.1f%%); CPU per message %.2f, %.2f (%+.1f%%), %.2f µs; allocations per message %.1f, %.1f, %.1f",
 		cases[0].Rate, cases[1].Rate, 100*(cases[1].Rate/cases[0].Rate-1), cases[2].Rate, 100*(cases[2].Rate/cases[0].Rate-1),
-		cases[0].CPU, cases[1].CPU, cases[2].CPU)
+		cases[0].CPU, cases[1].CPU, 100*(cases[1].CPU/cases[0].CPU-1), cases[2].CPU, cases[0].Allocs, cases[1].Allocs, cases[2].Allocs)
 	return nil
+}
+
+// caseProfile writes, with -cpuprofile, a CPU profile of the first counted
+// round of each tracing case to the -cpuprofile path plus ".tracing-" and
+// the case's first word ("code", "disabled", "every"), for comparing where
+// the cases spend their time (go tool pprof -diff_base). It returns the
+// function that stops the profile.
+func (e *env) caseProfile(round int, name string) func() {
+	if e.o.cpuprofile == "" || round != 0 {
+		return func() {}
+	}
+	key, _, _ := strings.Cut(name, " ")
+	f, err := os.Create(e.o.cpuprofile + ".tracing-" + key)
+	if err != nil {
+		logf("cpuprofile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		logf("cpuprofile: %v", err)
+		_ = f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 // writeTracing renders item 7.
