@@ -33,7 +33,7 @@ type tracingCase struct {
 	CPU       float64   // median
 	Allocs    float64   // heap allocations per message (median of the rounds)
 	allocs    []float64
-	Spans     int64     // spans ended in the last round (sampled case)
+	Spans     int64 // spans ended in the last round (sampled case)
 }
 
 // processCPU is this process's user+system CPU time so far. The
