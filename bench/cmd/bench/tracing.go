@@ -20,8 +20,10 @@ import (
 //
 //   - "code off": Config.DisableTracing, no tracing code on the path (the
 //     dispatcher as it was before tracing);
-//   - "disabled": the default, no SDK installed (the global no-op
-//     TracerProvider): every publish still extracts the stored context;
+//   - "disabled": the default, no SDK installed (the global TracerProvider
+//     of the API, delegating to nothing): the statement spans find that
+//     nothing records, so publishes start no span and leave the stored
+//     context unparsed (dispatcher/trace_quiet.go);
 //   - "every message sampled": the OpenTelemetry SDK with AlwaysSample and a
 //     batch span processor over an exporter that discards the spans (the
 //     SDK's work, not a collector's).
@@ -172,10 +174,10 @@ func writeTracing(p func(string, ...any), r *results) {
 	base := r.Tracing[0].Rate
 	p("## 7. The cost of tracing")
 	p("")
-	p("The drain of item 1 (%s messages, the same configuration), every event enqueued inside a producer span (so every row carries a `traceparent`), with three tracing setups; rounds interleaved (the order rotating), median of %d shown. *Code off*: `Config.DisableTracing`, no tracing code on the path, the dispatcher as before tracing. *Disabled*: the default, no OpenTelemetry SDK installed; each publish still reads the stored context. *Every message sampled*: the SDK with `AlwaysSample` and a batch span processor over an exporter that discards spans: one producer span per message, one client span per statement.", kfmt(float64(r.TracingN)), len(r.Tracing[0].Rounds))
+	p("The drain of item 1 (%s messages, the same configuration), every event enqueued inside a producer span (so every row carries a `traceparent`), with three tracing setups; rounds interleaved (the order rotating), median of %d shown. *Code off*: `Config.DisableTracing`, no tracing code on the path, the dispatcher as before tracing. *Disabled*: the default, no OpenTelemetry SDK installed: each statement span (claim, finalize) finds that nothing records, so publishes start no span and the stored `traceparent` is parsed only if the publisher or a log record asks for the context (`dispatcher/trace_quiet.go`). *Every message sampled*: the SDK with `AlwaysSample` and a batch span processor over an exporter that discards spans: one producer span per message, one client span per statement.", kfmt(float64(r.TracingN)), len(r.Tracing[0].Rounds))
 	p("")
-	p("| Tracing | msg/s | vs code off | rounds (msg/s) | relay CPU per message | vs code off | rounds (µs) |")
-	p("| --- | --- | --- | --- | --- | --- | --- |")
+	p("| Tracing | msg/s | vs code off | rounds (msg/s) | relay CPU per message | vs code off | rounds (µs) | allocations per message |")
+	p("| --- | --- | --- | --- | --- | --- | --- | --- |")
 	baseCPU := r.Tracing[0].CPU
 	for _, c := range r.Tracing {
 		var rounds, cpus []string
@@ -183,11 +185,11 @@ func writeTracing(p func(string, ...any), r *results) {
 			rounds = append(rounds, kfmt(x))
 			cpus = append(cpus, fmt.Sprintf("%.2f", c.CPURounds[i]))
 		}
-		p("| %s | %s | %+.1f%% | %s | %.2f µs | %+.1f%% | %s |", c.Name, kfmt(c.Rate), 100*(c.Rate/base-1), strings.Join(rounds, ", "),
-			c.CPU, 100*(c.CPU/baseCPU-1), strings.Join(cpus, ", "))
+		p("| %s | %s | %+.1f%% | %s | %.2f µs | %+.1f%% | %s | %.1f |", c.Name, kfmt(c.Rate), 100*(c.Rate/base-1), strings.Join(rounds, ", "),
+			c.CPU, 100*(c.CPU/baseCPU-1), strings.Join(cpus, ", "), c.Allocs)
 	}
 	p("")
-	p("*Relay CPU per message* is the benchmark process's user + system CPU time (getrusage) during the drain divided by the messages: the dispatcher's own cost (the database's CPU is not in it), which load from elsewhere on the machine disturbs far less than the wall-clock rate.")
+	p("*Relay CPU per message* is the benchmark process's user + system CPU time (getrusage) during the drain divided by the messages: the dispatcher's own cost (the database's CPU is not in it), which load from elsewhere on the machine disturbs far less than the wall-clock rate. *Allocations per message* (runtime.MemStats.Mallocs over the drain) does not depend on the load at all. `-cpuprofile FILE` writes a CPU profile of each setup's first counted round to FILE.tracing-code, FILE.tracing-disabled and FILE.tracing-every (compare with `go tool pprof -diff_base`).")
 	p("")
 	if s := r.Tracing[len(r.Tracing)-1].Spans; s > 0 {
 		p("The sampled run exported %s spans in its last round (%.2f per message).", kfmt(float64(s)), float64(s)/float64(r.TracingN))
