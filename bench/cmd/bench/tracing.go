@@ -106,6 +106,7 @@ func runTracing(ctx context.Context, e *env) error {
 			runtime.ReadMemStats(&m1)
 			stopProfile()
 			allocsPerMsg := float64(m1.Mallocs-m0.Mallocs) / float64(n)
+			bytesPerMsg := float64(m1.TotalAlloc-m0.TotalAlloc) / float64(n)
 			if err != nil {
 				return err
 			}
@@ -116,8 +117,8 @@ func runTracing(ctx context.Context, e *env) error {
 			if done != int64(n) {
 				return fmt.Errorf("tracing %s round %d: %d rows done, want %d", c.Name, round, done, n)
 			}
-			logf("round %d tracing %s: %d messages in %s = %.0f msg/s, %.2f µs CPU and %.1f allocations per message", round, c.Name, n,
-				elapsed.Round(time.Millisecond), rate, cpuPerMsg, allocsPerMsg)
+			logf("round %d tracing %s: %d messages in %s = %.0f msg/s, %.2f µs CPU, %.1f allocations and %.0f B allocated per message", round, c.Name, n,
+				elapsed.Round(time.Millisecond), rate, cpuPerMsg, allocsPerMsg, bytesPerMsg)
 			if round >= 0 {
 				c.Rounds = append(c.Rounds, rate)
 				c.CPURounds = append(c.CPURounds, cpuPerMsg)
