@@ -2,7 +2,7 @@ package dispatcher
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -72,10 +72,8 @@ type storedSpan struct {
 	noop.Span // records nothing; methods the API adds later stay no-ops
 
 	t   *tracing
-	msg *Message // TraceParent and TraceState are set before the publish and not changed
-
-	once sync.Once // SpanContext may be called from the publisher's goroutines
-	sc   trace.SpanContext
+	msg *Message                          // TraceParent and TraceState are set before the publish and not changed
+	sc  atomic.Pointer[trace.SpanContext] // parsed; two goroutines that parse at once store the same value
 }
 
 var _ trace.Span = (*storedSpan)(nil)
@@ -83,13 +81,12 @@ var _ trace.Span = (*storedSpan)(nil)
 // SpanContext returns the stored creation context (remote), or an invalid
 // span context when the stored traceparent does not parse.
 func (s *storedSpan) SpanContext() trace.SpanContext {
-	s.once.Do(s.parse)
-	return s.sc
-}
-
-func (s *storedSpan) parse() {
-	ctx := propagation.TraceContext{}.Extract(context.Background(), storedCarrier{s})
-	s.sc = trace.SpanContextFromContext(ctx)
+	if sc := s.sc.Load(); sc != nil {
+		return *sc
+	}
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), storedCarrier{s}))
+	s.sc.Store(&sc)
+	return sc
 }
 
 // TracerProvider returns the dispatcher's TracerProvider (as a span of a
