@@ -340,7 +340,11 @@ type Config struct {
 	// publish context carries nothing. Message.TraceParent and TraceState
 	// are still set, so publishers still send the stored context. For
 	// applications whose global TracerProvider must not see the outbox.
-	// Defaults to false.
+	// It is not needed for speed: without an SDK (the default) the
+	// statement spans find that nothing records, publishes then start no
+	// span and parse the stored context only on demand, which costs
+	// about as little (BENCHMARKS.md, "The cost of tracing"); an SDK
+	// installed later is used from the next claim on. Defaults to false.
 	DisableTracing bool
 
 	// OnLeaseLost, when set, is called for each fenced write that changed no

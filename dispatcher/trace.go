@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -83,12 +84,20 @@ const (
 // tracing holds what the dispatcher needs to trace: the tracer, the
 // propagator and the publisher's names.
 type tracing struct {
-	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
-	mode   TraceMode
-	dest   MessagingDestination // nil: defaults
-	table  string
-	off    bool // Config.DisableTracing
+	provider trace.TracerProvider
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	mode     TraceMode
+	dest     MessagingDestination // nil: defaults
+	table    string
+	off      bool // Config.DisableTracing
+
+	// quiet: the last statement span came from a tracer that records
+	// nothing (no SDK; trace_quiet.go). Publishes then start no span.
+	quiet atomic.Bool
+	// traceContextOnly: the propagator is the default W3C TraceContext,
+	// whose stored context a quiet publish parses only on demand.
+	traceContextOnly bool
 }
 
 func newTracing(cfg Config, pub Publisher) *tracing {
@@ -105,7 +114,9 @@ func newTracing(cfg Config, pub Publisher) *tracing {
 	if cfg.Schema != "" {
 		table = cfg.Schema + "." + cfg.Table
 	}
-	return &tracing{tracer: tp.Tracer(tracerName), prop: prop, mode: cfg.TraceMode, dest: dest, table: table, off: cfg.DisableTracing}
+	_, traceContextOnly := prop.(propagation.TraceContext)
+	return &tracing{provider: tp, tracer: tp.Tracer(tracerName), prop: prop, mode: cfg.TraceMode, dest: dest, table: table,
+		off: cfg.DisableTracing, traceContextOnly: traceContextOnly}
 }
 
 // Start options of the publish span: a new root (TraceLink) or a child of
@@ -121,17 +132,21 @@ var (
 // Message.Headers (traceparent, tracestate, and baggage when the
 // propagator carries it), which every publisher forwards on the wire: the
 // consumer continues from the publish span, and finds the producer's
-// context in the CloudEvents distributed-tracing attributes. When tracing
-// is off (no SDK) the context carries the stored creation context, so an
-// instrumented publisher and the logs still join the producer's trace.
+// context in the CloudEvents distributed-tracing attributes. When nothing
+// records (no SDK: startQuiet) there is no span and the context carries
+// the stored creation context, so an instrumented publisher and the logs
+// still join the producer's trace.
 func (t *tracing) startPublish(ctx context.Context, j *job) context.Context {
 	h := j.msg.Headers
 	tp, hasTP := h[HeaderTraceParent]
-	_, hasBaggage := h[HeaderBaggage]
 	j.msg.TraceParent, j.msg.TraceState = tp, h[HeaderTraceState]
 	if t.off {
 		return ctx
 	}
+	if t.quiet.Load() {
+		return t.startQuiet(ctx, j, hasTP)
+	}
+	_, hasBaggage := h[HeaderBaggage]
 	stored := ctx
 	if hasTP || hasBaggage {
 		stored = t.prop.Extract(ctx, propagation.MapCarrier(h))

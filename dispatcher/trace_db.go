@@ -52,9 +52,14 @@ func withLinkedJobs(ctx context.Context, batch []*job) context.Context {
 
 var clientStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
+// start starts the span of a statement. It also tells the dispatcher
+// whether its tracer records at all (trace_quiet.go): every statement, the
+// claim's included, checks again.
 func (t tracedDB) start(ctx context.Context, sql string) (context.Context, trace.Span) {
 	name := queryName(sql)
-	ctx, span := t.t.tracer.Start(ctx, name, clientStart...)
+	sctx, span := t.t.tracer.Start(ctx, name, clientStart...)
+	t.t.observeStatementSpan(ctx, span)
+	ctx = sctx
 	if !span.IsRecording() {
 		return ctx, span // no SDK, or not sampled: nothing more to pay
 	}
@@ -109,6 +114,12 @@ func (t tracedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 
 func (t tracedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	ctx, span := t.start(ctx, sql)
+	if !span.IsRecording() {
+		// Ending a span that records nothing does nothing: no need to
+		// wrap the rows (or to allocate for it).
+		span.End()
+		return t.inner.Query(ctx, sql, args...)
+	}
 	rows, err := t.inner.Query(ctx, sql, args...)
 	if err != nil {
 		endDBSpan(span, err)
@@ -119,6 +130,10 @@ func (t tracedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 
 func (t tracedDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	ctx, span := t.start(ctx, sql)
+	if !span.IsRecording() {
+		span.End()
+		return t.inner.QueryRow(ctx, sql, args...)
+	}
 	return tracedRow{row: t.inner.QueryRow(ctx, sql, args...), span: span}
 }
 
