@@ -247,27 +247,33 @@ type Querier interface {
 	// @batch the window is exhausted and the caller advances the cursor.
 	OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]OutboxClaimWindowRow, error)
 	// OutboxConsoleBlocked: ordered aggregates whose head is dead, or whose
-	// oldest undelivered message is older than @stalled_after (database clock):
-	// the definition of OutboxBlockedAggregates, oldest first, at most
-	// @max_rows. The grouping reads outbox_ordered_head alone (id, status and
-	// created_at are INCLUDE columns, migration 00006); the head (lowest seq) is
-	// one LIMIT 1 probe of the same index per aggregate (a LATERAL, so that a
-	// low row estimate can never turn it into a scan per aggregate); only the
-	// heads shown are read from the table (event type, attempts, error).
-	// Index: outbox_ordered_head (undelivered ordered rows only), then the
-	// primary key for at most @max_rows heads.
+	// head is pending or processing and was created before @stalled_after ago
+	// (database clock), oldest head first, at most @max_rows. Starts from the
+	// heads (column head, migration 00005: the first undelivered row of each
+	// aggregate in seq order): the dead ones from outbox_ordered_dead_head
+	// (00007) in created_at order, at most @max_rows entries; the stalled live
+	// ones from outbox_ordered_txid (pending heads) and outbox_leased
+	// (processing rows), one table row each, so bounded by the aggregates with
+	// undelivered messages, never by their backlogs. The age test is on the
+	// head's created_at: OutboxBlockedAggregates' "oldest undelivered message"
+	// is the head but for a row of a producer transaction that started earlier
+	// and committed later (seq is commit order, created_at the transaction
+	// start), so an aggregate can appear here up to that transaction's length
+	// late. For each aggregate shown, its backlog and oldest undelivered
+	// message come from outbox_ordered_head alone (INCLUDE columns, 00006), and
+	// the head's event type, attempts and error from the primary key.
+	// Heads whose flag is still undecided (head IS NULL: REPEATABLE READ
+	// producers, decided by the dispatcher within ReapInterval) are not listed.
+	// Index: outbox_ordered_dead_head, outbox_ordered_txid, outbox_leased, then
+	// outbox_ordered_head and the primary key for at most @max_rows aggregates.
 	OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]OutboxConsoleBlockedRow, error)
 	// OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
-	// OutboxConsoleBlocked), stopping at @cap.
-	// Index: outbox_ordered_head alone (INCLUDE columns, migration 00006): one
-	// pass to group, one LIMIT 1 probe per aggregate for its head.
+	// OutboxConsoleBlocked: a dead head, or a live head older than
+	// @stalled_after), stopping at @cap.
+	// Index: outbox_ordered_dead_head alone (00007), outbox_ordered_txid and
+	// outbox_leased (one table row per live head): the heads, never the rows
+	// queued behind them.
 	OutboxConsoleBlockedCount(ctx context.Context, arg OutboxConsoleBlockedCountParams) (int64, error)
-	// OutboxConsoleCreatedAtFrom: the first row at or after @id and its
-	// created_at: one probe of the binary search that turns a time range into an
-	// id range (ids follow insertion order, so created_at grows with id up to
-	// the length of the producers' transactions). No row: @id is past the end.
-	// Index: the primary key.
-	OutboxConsoleCreatedAtFrom(ctx context.Context, id int64) (OutboxConsoleCreatedAtFromRow, error)
 	// OutboxConsoleDead: one page of dead messages, newest first, keyset-paged
 	// by id (@min_id <= id < @before_id), filtered within a window of the
 	// @scan_rows highest dead ids of that range, as OutboxConsoleMessages does
@@ -307,9 +313,19 @@ type Querier interface {
 	// Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
 	// migration 00006), one range scan per minute.
 	OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]OutboxConsoleDeliveredPerMinuteRow, error)
-	// OutboxConsoleIDBounds: the lowest and highest id (0, 0 when empty).
-	// Index: the primary key (one entry from each end).
-	OutboxConsoleIDBounds(ctx context.Context) (OutboxConsoleIDBoundsRow, error)
+	// OutboxConsoleIDRange: a time range as a range of ids, [min_id, before_id),
+	// in one round trip: min_id is the first id created at or after
+	// @created_from (0 when @created_from is NULL), before_id the first id
+	// created at or after @created_to (9223372036854775807 when NULL); both are
+	// one past the highest id when no row is that new. Ids follow insertion
+	// order, so created_at grows with id up to the length of the producers'
+	// transactions (callers widen the range by a slack and keep the exact
+	// created_at filter). Each bound is a binary search over the id range
+	// (lowest to highest id, one entry from each end), one probe per step: the
+	// first row at or after the middle id. About log2(rows) probes each, 24 for
+	// 10 million rows, 3-4 index pages per probe.
+	// Index: the primary key (point probes only).
+	OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (OutboxConsoleIDRangeRow, error)
 	// OutboxConsoleLeaseOwners: relays currently holding leases: per
 	// lease_owner, how many leases, how many of them expired, and the earliest
 	// lease_until (the oldest lease), database clock. Busiest first.
