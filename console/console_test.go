@@ -529,6 +529,42 @@ func TestConsole_BlockedFromHeads(t *testing.T) {
 	mustContain(t, "overview", body, `id="blocked"><a href="/blocked">3</a>`)
 }
 
+// The overview's oldest undelivered message comes from each kind of
+// undelivered row: ordered pending (the fixture's carts, 10 minutes old),
+// then processing, then unordered pending; dead rows never count.
+func TestConsole_OverviewOldestUndelivered(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := f.serve(t, console.Config{})
+	c := newClient(t, s.URL)
+	oldest := func() string {
+		t.Helper()
+		_, body := c.get(t, "/")
+		return between(body, `id="oldest">`, "<")
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := f.pool.Exec(t.Context(), sql); err != nil {
+			t.Fatalf("%v\n%s", err, sql)
+		}
+	}
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, attempts, created_at)
+	      VALUES ('order', 'o-old-dead', 'OrderPaid', '{}', 'dead', 8, now() - interval '3 hours')`)
+	if got := oldest(); !strings.HasPrefix(got, "10m") {
+		t.Errorf("oldest undelivered = %q, want 10m.. (the pending ordered carts; dead rows do not count)", got)
+	}
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, lease_owner, lease_until, lease_version, attempts, created_at)
+	      VALUES ('order', 'o-old-l', 'OrderPaid', '{}', 'processing', 'relay-a', now() + interval '1 hour', 1, 1, now() - interval '30 minutes')`)
+	if got := oldest(); !strings.HasPrefix(got, "30m") {
+		t.Errorf("oldest undelivered = %q, want 30m.. (a processing row)", got)
+	}
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+	      VALUES ('order', 'o-old-p', 'OrderPaid', '{}', now() - interval '40 minutes')`)
+	if got := oldest(); !strings.HasPrefix(got, "40m") {
+		t.Errorf("oldest undelivered = %q, want 40m.. (an unordered pending row)", got)
+	}
+}
+
 func TestConsole_NewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)

@@ -741,31 +741,6 @@ func (q *Queries) OutboxConsoleNow(ctx context.Context) (time.Time, error) {
 	return now, err
 }
 
-const outboxConsoleOldestUndelivered = `-- name: OutboxConsoleOldestUndelivered :one
-SELECT coalesce(extract(epoch FROM now() - min(u.created_at)), 0)::float8 AS oldest_age_seconds
-  FROM ((SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered ORDER BY id LIMIT $1::integer)
-        UNION ALL
-        SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL
-        UNION ALL
-        SELECT created_at FROM outbox WHERE status = 'processing') AS u
-`
-
-// OutboxConsoleOldestUndelivered: age in seconds of the oldest undelivered
-// message (pending or processing), database clock; 0 when there is none.
-// The figure of OutboxOldestPendingAge, read with bounded work: unordered
-// pending rows are taken as the @lowest_ids lowest ids of outbox_pending
-// (ids follow insertion order, so the oldest is among them unless a
-// producer's transaction stayed open while @lowest_ids newer rows were
-// inserted), ordered ones from outbox_ordered_head alone (created_at is an
-// INCLUDE column, migration 00006), processing ones through outbox_leased
-// (bounded by what relays hold).
-func (q *Queries) OutboxConsoleOldestUndelivered(ctx context.Context, lowestIds int32) (float64, error) {
-	row := q.db.QueryRow(ctx, outboxConsoleOldestUndelivered, lowestIds)
-	var oldest_age_seconds float64
-	err := row.Scan(&oldest_age_seconds)
-	return oldest_age_seconds, err
-}
-
 const outboxConsoleRedriveDeadMany = `-- name: OutboxConsoleRedriveDeadMany :many
 UPDATE outbox
    SET status       = 'pending',
@@ -927,19 +902,38 @@ func (q *Queries) OutboxConsoleSkipDeadMany(ctx context.Context, arg OutboxConso
 
 const outboxConsoleStatusCounts = `-- name: OutboxConsoleStatusCounts :one
 
-SELECT ((SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND NOT ordered LIMIT $1::integer) AS p)
-         + (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL LIMIT $1::integer) AS po))::bigint
-         AS pending,
-       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'processing' LIMIT $1::integer) AS l) AS processing,
-       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'dead' LIMIT $1::integer) AS d) AS dead,
+WITH unordered AS (
+    SELECT count(*) AS n
+      FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND NOT ordered LIMIT $1::integer) AS p
+), unordered_oldest AS (
+    SELECT min(p.created_at) AS oldest
+      FROM (SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered ORDER BY id LIMIT $2::integer) AS p
+), ordered AS (
+    SELECT count(*) AS n, min(p.created_at) AS oldest
+      FROM (SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL LIMIT $1::integer) AS p
+), processing AS (
+    SELECT count(*) AS n, min(l.created_at) AS oldest
+      FROM (SELECT created_at FROM outbox WHERE status = 'processing' LIMIT $1::integer) AS l
+)
+SELECT ((SELECT n FROM unordered) + (SELECT n FROM ordered))::bigint AS pending,
+       (SELECT n FROM processing)::bigint AS processing,
+       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'dead' LIMIT $1::integer) AS d)::bigint AS dead,
+       coalesce(extract(epoch FROM now() - least((SELECT oldest FROM unordered_oldest), (SELECT oldest FROM ordered),
+                                                (SELECT oldest FROM processing))), 0)::float8 AS oldest_age_seconds,
        coalesce((SELECT c.reltuples FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass('outbox')), -1)::float8 AS estimated_rows
 `
 
+type OutboxConsoleStatusCountsParams struct {
+	Cap       int32 `json:"cap"`
+	LowestIds int32 `json:"lowest_ids"`
+}
+
 type OutboxConsoleStatusCountsRow struct {
-	Pending       int64   `json:"pending"`
-	Processing    int64   `json:"processing"`
-	Dead          int64   `json:"dead"`
-	EstimatedRows float64 `json:"estimated_rows"`
+	Pending          int64   `json:"pending"`
+	Processing       int64   `json:"processing"`
+	Dead             int64   `json:"dead"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	EstimatedRows    float64 `json:"estimated_rows"`
 }
 
 // Web console (package console, `pgoutbox ui`). Pages must stay fast with
@@ -957,20 +951,33 @@ type OutboxConsoleStatusCountsRow struct {
 // QueryExecModeExec): the optional filters (sqlc.narg ... IS NULL OR ...)
 // would otherwise get a generic plan that ignores which filters are set.
 // OutboxConsoleStatusCounts: undelivered messages by status, each count
-// stopping at @cap rows (the page shows "cap+" when a count reached it), and
-// the planner's estimate of all rows (pg_class.reltuples, -1 when the table
-// has never been analyzed), from which the page estimates the done rows.
-// Indexes: outbox_pending (pending, unordered), outbox_ordered_head (pending,
-// ordered, from the index alone: status is an INCLUDE column since 00006;
-// an unsequenced ordered row is uncommitted and invisible anyway),
-// outbox_leased (processing), outbox_dead (dead). Never reads a done row.
-func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, cap int32) (OutboxConsoleStatusCountsRow, error) {
-	row := q.db.QueryRow(ctx, outboxConsoleStatusCounts, cap)
+// stopping at @cap rows (the page shows "cap+" when a count reached it), the
+// age in seconds of the oldest undelivered (pending or processing) message
+// (0 when there is none), and the planner's estimate of all rows
+// (pg_class.reltuples, -1 when the table has never been analyzed), from
+// which the page estimates the done rows. All times on the database clock.
+// The oldest age is the figure of OutboxOldestPendingAge, read with bounded
+// work and from the scans the counts make anyway: unordered pending rows are
+// taken as the @lowest_ids lowest ids of outbox_pending (ids follow
+// insertion order, so the oldest is among them unless a producer's
+// transaction stayed open while @lowest_ids newer rows were inserted);
+// ordered pending rows are counted and aged in one pass over
+// outbox_ordered_head alone (status and created_at are INCLUDE columns,
+// 00006; an unsequenced ordered row is uncommitted and invisible anyway),
+// so above @cap of them the age is that of the oldest among the first @cap
+// in (aggregate_id, seq) order; processing rows in one pass over
+// outbox_leased and their table rows (bounded by what relays hold).
+// Indexes: outbox_pending_txid (pending unordered, count, index only),
+// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
+// outbox_dead (dead, count, index only). Never reads a done row.
+func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (OutboxConsoleStatusCountsRow, error) {
+	row := q.db.QueryRow(ctx, outboxConsoleStatusCounts, arg.Cap, arg.LowestIds)
 	var i OutboxConsoleStatusCountsRow
 	err := row.Scan(
 		&i.Pending,
 		&i.Processing,
 		&i.Dead,
+		&i.OldestAgeSeconds,
 		&i.EstimatedRows,
 	)
 	return i, err

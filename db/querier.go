@@ -346,16 +346,6 @@ type Querier interface {
 	// OutboxConsoleNow: the database clock, which every age on the pages uses.
 	// No table read.
 	OutboxConsoleNow(ctx context.Context) (time.Time, error)
-	// OutboxConsoleOldestUndelivered: age in seconds of the oldest undelivered
-	// message (pending or processing), database clock; 0 when there is none.
-	// The figure of OutboxOldestPendingAge, read with bounded work: unordered
-	// pending rows are taken as the @lowest_ids lowest ids of outbox_pending
-	// (ids follow insertion order, so the oldest is among them unless a
-	// producer's transaction stayed open while @lowest_ids newer rows were
-	// inserted), ordered ones from outbox_ordered_head alone (created_at is an
-	// INCLUDE column, migration 00006), processing ones through outbox_leased
-	// (bounded by what relays hold).
-	OutboxConsoleOldestUndelivered(ctx context.Context, lowestIds int32) (float64, error)
 	// OutboxConsoleRedriveDeadMany redrives dead messages, as OutboxRedriveDead
 	// does one: pending, attempts 0, available now; last_error keeps the
 	// history. Callers NOTIFY (OutboxNotify) afterwards to wake dispatchers.
@@ -398,14 +388,26 @@ type Querier interface {
 	// QueryExecModeExec): the optional filters (sqlc.narg ... IS NULL OR ...)
 	// would otherwise get a generic plan that ignores which filters are set.
 	// OutboxConsoleStatusCounts: undelivered messages by status, each count
-	// stopping at @cap rows (the page shows "cap+" when a count reached it), and
-	// the planner's estimate of all rows (pg_class.reltuples, -1 when the table
-	// has never been analyzed), from which the page estimates the done rows.
-	// Indexes: outbox_pending (pending, unordered), outbox_ordered_head (pending,
-	// ordered, from the index alone: status is an INCLUDE column since 00006;
-	// an unsequenced ordered row is uncommitted and invisible anyway),
-	// outbox_leased (processing), outbox_dead (dead). Never reads a done row.
-	OutboxConsoleStatusCounts(ctx context.Context, cap int32) (OutboxConsoleStatusCountsRow, error)
+	// stopping at @cap rows (the page shows "cap+" when a count reached it), the
+	// age in seconds of the oldest undelivered (pending or processing) message
+	// (0 when there is none), and the planner's estimate of all rows
+	// (pg_class.reltuples, -1 when the table has never been analyzed), from
+	// which the page estimates the done rows. All times on the database clock.
+	// The oldest age is the figure of OutboxOldestPendingAge, read with bounded
+	// work and from the scans the counts make anyway: unordered pending rows are
+	// taken as the @lowest_ids lowest ids of outbox_pending (ids follow
+	// insertion order, so the oldest is among them unless a producer's
+	// transaction stayed open while @lowest_ids newer rows were inserted);
+	// ordered pending rows are counted and aged in one pass over
+	// outbox_ordered_head alone (status and created_at are INCLUDE columns,
+	// 00006; an unsequenced ordered row is uncommitted and invisible anyway),
+	// so above @cap of them the age is that of the oldest among the first @cap
+	// in (aggregate_id, seq) order; processing rows in one pass over
+	// outbox_leased and their table rows (bounded by what relays hold).
+	// Indexes: outbox_pending_txid (pending unordered, count, index only),
+	// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
+	// outbox_dead (dead, count, index only). Never reads a done row.
+	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (OutboxConsoleStatusCountsRow, error)
 	// Monitoring: the seed's section 6, read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.

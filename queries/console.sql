@@ -14,19 +14,44 @@
 -- would otherwise get a generic plan that ignores which filters are set.
 
 -- OutboxConsoleStatusCounts: undelivered messages by status, each count
--- stopping at @cap rows (the page shows "cap+" when a count reached it), and
--- the planner's estimate of all rows (pg_class.reltuples, -1 when the table
--- has never been analyzed), from which the page estimates the done rows.
--- Indexes: outbox_pending (pending, unordered), outbox_ordered_head (pending,
--- ordered, from the index alone: status is an INCLUDE column since 00006;
--- an unsequenced ordered row is uncommitted and invisible anyway),
--- outbox_leased (processing), outbox_dead (dead). Never reads a done row.
+-- stopping at @cap rows (the page shows "cap+" when a count reached it), the
+-- age in seconds of the oldest undelivered (pending or processing) message
+-- (0 when there is none), and the planner's estimate of all rows
+-- (pg_class.reltuples, -1 when the table has never been analyzed), from
+-- which the page estimates the done rows. All times on the database clock.
+-- The oldest age is the figure of OutboxOldestPendingAge, read with bounded
+-- work and from the scans the counts make anyway: unordered pending rows are
+-- taken as the @lowest_ids lowest ids of outbox_pending (ids follow
+-- insertion order, so the oldest is among them unless a producer's
+-- transaction stayed open while @lowest_ids newer rows were inserted);
+-- ordered pending rows are counted and aged in one pass over
+-- outbox_ordered_head alone (status and created_at are INCLUDE columns,
+-- 00006; an unsequenced ordered row is uncommitted and invisible anyway),
+-- so above @cap of them the age is that of the oldest among the first @cap
+-- in (aggregate_id, seq) order; processing rows in one pass over
+-- outbox_leased and their table rows (bounded by what relays hold).
+-- Indexes: outbox_pending_txid (pending unordered, count, index only),
+-- outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
+-- outbox_dead (dead, count, index only). Never reads a done row.
 -- name: OutboxConsoleStatusCounts :one
-SELECT ((SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND NOT ordered LIMIT @cap::integer) AS p)
-         + (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL LIMIT @cap::integer) AS po))::bigint
-         AS pending,
-       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'processing' LIMIT @cap::integer) AS l) AS processing,
-       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'dead' LIMIT @cap::integer) AS d) AS dead,
+WITH unordered AS (
+    SELECT count(*) AS n
+      FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND NOT ordered LIMIT @cap::integer) AS p
+), unordered_oldest AS (
+    SELECT min(p.created_at) AS oldest
+      FROM (SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered ORDER BY id LIMIT @lowest_ids::integer) AS p
+), ordered AS (
+    SELECT count(*) AS n, min(p.created_at) AS oldest
+      FROM (SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL LIMIT @cap::integer) AS p
+), processing AS (
+    SELECT count(*) AS n, min(l.created_at) AS oldest
+      FROM (SELECT created_at FROM outbox WHERE status = 'processing' LIMIT @cap::integer) AS l
+)
+SELECT ((SELECT n FROM unordered) + (SELECT n FROM ordered))::bigint AS pending,
+       (SELECT n FROM processing)::bigint AS processing,
+       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'dead' LIMIT @cap::integer) AS d)::bigint AS dead,
+       coalesce(extract(epoch FROM now() - least((SELECT oldest FROM unordered_oldest), (SELECT oldest FROM ordered),
+                                                (SELECT oldest FROM processing))), 0)::float8 AS oldest_age_seconds,
        coalesce((SELECT c.reltuples FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass('outbox')), -1)::float8 AS estimated_rows;
 
 -- OutboxConsoleLeaseOwners: relays currently holding leases: per
@@ -317,23 +342,6 @@ UPDATE outbox
    AND status = 'pending'
    AND available_at > now()
 RETURNING id;
-
--- OutboxConsoleOldestUndelivered: age in seconds of the oldest undelivered
--- message (pending or processing), database clock; 0 when there is none.
--- The figure of OutboxOldestPendingAge, read with bounded work: unordered
--- pending rows are taken as the @lowest_ids lowest ids of outbox_pending
--- (ids follow insertion order, so the oldest is among them unless a
--- producer's transaction stayed open while @lowest_ids newer rows were
--- inserted), ordered ones from outbox_ordered_head alone (created_at is an
--- INCLUDE column, migration 00006), processing ones through outbox_leased
--- (bounded by what relays hold).
--- name: OutboxConsoleOldestUndelivered :one
-SELECT coalesce(extract(epoch FROM now() - min(u.created_at)), 0)::float8 AS oldest_age_seconds
-  FROM ((SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered ORDER BY id LIMIT @lowest_ids::integer)
-        UNION ALL
-        SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL
-        UNION ALL
-        SELECT created_at FROM outbox WHERE status = 'processing') AS u;
 
 -- OutboxConsoleBlocked: ordered aggregates whose head is dead, or whose
 -- head is pending or processing and was created before @stalled_after ago
