@@ -408,7 +408,7 @@ SELECT b.minute::timestamptz AS minute,
                coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY d.latency_ms), 0)::float8 AS p50_ms,
                coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY d.latency_ms), 0)::float8 AS p99_ms,
                coalesce(max(d.latency_ms), 0)::float8 AS max_ms
-          FROM (SELECT o.done_at, extract(epoch FROM o.done_at - o.created_at) * 1000 AS latency_ms
+          FROM (SELECT o.done_at, date_part('epoch', o.done_at - o.created_at) * 1000 AS latency_ms
                   FROM outbox AS o
                  WHERE o.status = 'done'
                    AND o.done_at >= b.minute
@@ -435,7 +435,10 @@ type OutboxConsoleDeliveredPerMinuteRow struct {
 // cap, last_done_at says how long the minute took to deliver that many
 // (the page then estimates the rate as cap / (last_done_at - minute)), and
 // the latency figures (done_at - created_at, milliseconds) describe those
-// rows. All times on the database clock.
+// rows. All times on the database clock. Latency is float8 (date_part):
+// extract returns numeric, whose arithmetic and sort made the percentiles
+// cost twice the time (fastest of 8 runs at load 12: 41 ms against 20 ms,
+// 60 minutes of 250 rows).
 // Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
 // migration 00006), one range scan per minute.
 func (q *Queries) OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]OutboxConsoleDeliveredPerMinuteRow, error) {

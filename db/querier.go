@@ -309,7 +309,10 @@ type Querier interface {
 	// cap, last_done_at says how long the minute took to deliver that many
 	// (the page then estimates the rate as cap / (last_done_at - minute)), and
 	// the latency figures (done_at - created_at, milliseconds) describe those
-	// rows. All times on the database clock.
+	// rows. All times on the database clock. Latency is float8 (date_part):
+	// extract returns numeric, whose arithmetic and sort made the percentiles
+	// cost twice the time (fastest of 8 runs at load 12: 41 ms against 20 ms,
+	// 60 minutes of 250 rows).
 	// Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
 	// migration 00006), one range scan per minute.
 	OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]OutboxConsoleDeliveredPerMinuteRow, error)
