@@ -117,7 +117,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	mustContain(t, r, "stdout", "pending  -           00003_outbox_notify_throttle.sql")
 	mustContain(t, r, "stdout", "pending  -           00004_outbox_commit_order.sql")
 	mustContain(t, r, "stdout", "pending  -           00006_outbox_done_at.sql")
-	mustContain(t, r, "stdout", "pending  -           00007_console_indexes.sql")
+	mustContain(t, r, "stdout", "pending  -           00007_outbox_console_indexes.sql")
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
@@ -127,7 +127,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	mustContain(t, r, "stdout", "applied  00004_outbox_commit_order.sql")
 	mustContain(t, r, "stdout", "applied  00005_outbox_claim_window.sql")
 	mustContain(t, r, "stdout", "applied  00006_outbox_done_at.sql")
-	mustContain(t, r, "stdout", "applied  00007_console_indexes.sql")
+	mustContain(t, r, "stdout", "applied  00007_outbox_console_indexes.sql")
 	mustContain(t, r, "stdout", "schema at version 7")
 	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_head_handoff:row:outbox_head_handoff,outbox_notify:row:outbox_notify_throttled" {
 		t.Errorf("triggers at version 7: %q", got)
@@ -150,7 +150,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "rolled back  00007_console_indexes.sql")
+	mustContain(t, r, "stdout", "rolled back  00007_outbox_console_indexes.sql")
 	mustContain(t, r, "stdout", "schema at version 6")
 
 	r = call(t, invocation{env: env}, "migrate", "down")
