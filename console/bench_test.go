@@ -39,11 +39,11 @@ import (
 //	dropdb -h 127.0.0.1 -U postgres console_bench                     # when done
 //
 // The seeded rows' times are relative to the seeding, and the pages' time
-// range and chart (the last hour) are relative to now. The seed's last done
-// row is about 12 minutes older than its newest row, so the chart's hour
-// holds fewer and fewer deliveries from about 45 minutes after the seeding
-// on, and none after 70 minutes: the overview then measures less than it
-// should. Reseed for figures to report (dropdb, createdb).
+// range and chart (the last hour) are relative to now. The seed's newest
+// 12 minutes are its undelivered rows, so right after seeding the chart's
+// hour holds 48 minutes of deliveries, one minute fewer for every minute
+// since, and none 48 minutes after the seeding: the overview then measures
+// less than it should. Reseed for figures to report (dropdb, createdb).
 func BenchmarkPages(b *testing.B) {
 	total := 10_000_000
 	if s := os.Getenv("PGOUTBOX_CONSOLE_BENCH_ROWS"); s != "" {
