@@ -84,8 +84,9 @@ type Config struct {
 
 	// Refresh is how often the overview reloads itself. Defaults to 5s.
 	Refresh time.Duration
-	// StalledAfter: an ordered aggregate whose oldest undelivered message is
-	// older than this counts as blocked. Defaults to 5m.
+	// StalledAfter: an ordered aggregate whose head (first undelivered
+	// message in commit order) is pending or processing and older than this
+	// counts as blocked, as does one whose head is dead. Defaults to 5m.
 	StalledAfter time.Duration
 	// PageRows is the number of rows per list page. Defaults to 50.
 	PageRows int

@@ -478,6 +478,93 @@ func TestConsole_BlockedHeadRetryAndSkip(t *testing.T) {
 	}
 }
 
+// The blocked page and the overview's count start from the heads: a
+// fresh live head is not blocked, a head leased for longer than
+// StalledAfter is, and every aggregate shows its whole backlog and its
+// oldest undelivered message.
+func TestConsole_BlockedFromHeads(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := f.pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%v\n%s", err, sql)
+		}
+	}
+	// c-fresh: three pending rows, the head created now: not blocked.
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered)
+	      SELECT 'cart', 'c-fresh', 'ItemAdded', '{}', true FROM generate_series(1, 3)`)
+	// c-leased: created 20 minutes ago, its head leased by a relay since.
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered, created_at)
+	      SELECT 'cart', 'c-leased', 'ItemRemoved', '{}', true, now() - interval '20 minutes' FROM generate_series(1, 2)`)
+	var leased int64
+	if err := f.pool.QueryRow(ctx, `UPDATE outbox SET status = 'processing', lease_owner = 'relay-z', lease_until = now() + interval '1 hour',
+	      lease_version = 1, attempts = 1 WHERE aggregate_id = 'c-leased' AND head RETURNING id`).Scan(&leased); err != nil {
+		t.Fatalf("lease the head of c-leased: %v", err)
+	}
+	s := f.serve(t, console.Config{})
+	c := newClient(t, s.URL)
+	_, body := c.get(t, "/blocked")
+	rows := map[string]string{}
+	for _, tr := range strings.Split(between(body, "<tbody>", "</tbody>"), "<tr>")[1:] {
+		rows[between(tr, "<td>", "</td>")] = tr
+	}
+	if _, ok := rows["c-fresh"]; ok {
+		t.Errorf("c-fresh (a head created now) listed as blocked")
+	}
+	for agg, want := range map[string][]string{
+		"c-1":      {fmt.Sprintf(`/messages/%d"`, f.deadHead), `<span class="st dead">`, `<td class="n">4</td>`, "10m"},
+		"c-2":      {fmt.Sprintf(`/messages/%d"`, f.slowHead), `<span class="st pending">`, `<td class="n">4</td>`, "10m"},
+		"c-leased": {fmt.Sprintf(`/messages/%d"`, leased), `<span class="st processing">`, `<td class="n">2</td>`, "20m"},
+	} {
+		tr, ok := rows[agg]
+		if !ok {
+			t.Errorf("%s not listed as blocked:\n%s", agg, body)
+			continue
+		}
+		mustContain(t, agg+"'s row", tr, want...)
+	}
+	_, body = c.get(t, "/")
+	mustContain(t, "overview", body, `id="blocked"><a href="/blocked">3</a>`)
+}
+
+// The overview's oldest undelivered message comes from each kind of
+// undelivered row: ordered pending (the fixture's carts, 10 minutes old),
+// then processing, then unordered pending; dead rows never count.
+func TestConsole_OverviewOldestUndelivered(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := f.serve(t, console.Config{})
+	c := newClient(t, s.URL)
+	oldest := func() string {
+		t.Helper()
+		_, body := c.get(t, "/")
+		return between(body, `id="oldest">`, "<")
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := f.pool.Exec(t.Context(), sql); err != nil {
+			t.Fatalf("%v\n%s", err, sql)
+		}
+	}
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, attempts, created_at)
+	      VALUES ('order', 'o-old-dead', 'OrderPaid', '{}', 'dead', 8, now() - interval '3 hours')`)
+	if got := oldest(); !strings.HasPrefix(got, "10m") {
+		t.Errorf("oldest undelivered = %q, want 10m.. (the pending ordered carts; dead rows do not count)", got)
+	}
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, lease_owner, lease_until, lease_version, attempts, created_at)
+	      VALUES ('order', 'o-old-l', 'OrderPaid', '{}', 'processing', 'relay-a', now() + interval '1 hour', 1, 1, now() - interval '30 minutes')`)
+	if got := oldest(); !strings.HasPrefix(got, "30m") {
+		t.Errorf("oldest undelivered = %q, want 30m.. (a processing row)", got)
+	}
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+	      VALUES ('order', 'o-old-p', 'OrderPaid', '{}', now() - interval '40 minutes')`)
+	if got := oldest(); !strings.HasPrefix(got, "40m") {
+		t.Errorf("oldest undelivered = %q, want 40m.. (an unordered pending row)", got)
+	}
+}
+
 func TestConsole_NewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -9,10 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/db"
 )
@@ -128,58 +124,27 @@ func (f filter) Describe() string {
 }
 
 // idRange turns the time range into [minID, beforeID) on the primary key
-// (a binary search of about log2(ids) probes), so that a time range starts
-// the keyset scan where the range is instead of paging down to it.
+// (a binary search of about log2(ids) probes per bound, run by the database
+// in one round trip), so that a time range starts the keyset scan where the
+// range is instead of paging down to it.
 func (c *Console) idRange(ctx context.Context, f filter) (minID, beforeID int64, err error) {
-	minID, beforeID = 0, math.MaxInt64
 	if f.from == nil && f.to == nil {
-		return minID, beforeID, nil
+		return 0, math.MaxInt64, nil
 	}
-	b, err := c.q.OutboxConsoleIDBounds(ctx)
+	var p db.OutboxConsoleIDRangeParams
+	if f.from != nil {
+		t := f.from.Add(-timeRangeSlack)
+		p.CreatedFrom = &t
+	}
+	if f.to != nil {
+		t := f.to.Add(timeRangeSlack)
+		p.CreatedTo = &t
+	}
+	r, err := c.q.OutboxConsoleIDRange(ctx, p)
 	if err != nil {
 		return 0, 0, err
 	}
-	// The two searches are independent: run them side by side.
-	var errFrom, errTo error
-	var wg sync.WaitGroup
-	if f.from != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			minID, errFrom = c.firstIDAt(ctx, b, f.from.Add(-timeRangeSlack))
-		}()
-	}
-	if f.to != nil {
-		beforeID, errTo = c.firstIDAt(ctx, b, f.to.Add(timeRangeSlack))
-	}
-	wg.Wait()
-	if err := cmp.Or(errFrom, errTo); err != nil {
-		return 0, 0, err
-	}
-	return minID, beforeID, nil
-}
-
-// firstIDAt is the lowest id whose row was created at or after t (treating
-// created_at as ascending with id), b.High+1 when none is.
-func (c *Console) firstIDAt(ctx context.Context, b db.OutboxConsoleIDBoundsRow, t time.Time) (int64, error) {
-	lo, hi := b.Low, b.High+1
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		row, err := c.q.OutboxConsoleCreatedAtFrom(ctx, mid)
-		if errors.Is(err, pgx.ErrNoRows) {
-			hi = mid
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		if !row.CreatedAt.Before(t) {
-			hi = mid
-		} else {
-			lo = row.ID + 1
-		}
-	}
-	return lo, nil
+	return r.MinID, r.BeforeID, nil
 }
 
 // parseID reads a positive id.

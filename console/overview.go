@@ -39,13 +39,13 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ctx := r.Context()
 	var (
-		o                                          = overview{StalledAfter: c.cfg.StalledAfter}
-		counts                                     db.OutboxConsoleStatusCountsRow
-		minutes                                    []db.OutboxConsoleDeliveredPerMinuteRow
-		blocked                                    int64
-		errNow, errCounts, errAge, errExp, errLeas error
-		errMin, errBlk                             error
-		wg                                         sync.WaitGroup
+		o                                  = overview{StalledAfter: c.cfg.StalledAfter}
+		counts                             db.OutboxConsoleStatusCountsRow
+		minutes                            []db.OutboxConsoleDeliveredPerMinuteRow
+		blocked                            int64
+		errNow, errCounts, errExp, errLeas error
+		errMin, errBlk                     error
+		wg                                 sync.WaitGroup
 	)
 	// Independent reads, run side by side on the pool.
 	run := func(f func(context.Context)) {
@@ -54,9 +54,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	run(func(ctx context.Context) { o.Now, errNow = c.q.OutboxConsoleNow(ctx) })
 	run(func(ctx context.Context) {
-		counts, errCounts = c.q.OutboxConsoleStatusCounts(ctx, int32(c.cfg.CountCap))
+		counts, errCounts = c.q.OutboxConsoleStatusCounts(ctx, db.OutboxConsoleStatusCountsParams{
+			Cap: int32(c.cfg.CountCap), LowestIds: 1000})
 	})
-	run(func(ctx context.Context) { o.OldestAgeSeconds, errAge = c.q.OutboxConsoleOldestUndelivered(ctx, 1000) })
 	run(func(ctx context.Context) { o.ExpiredLeases, errExp = c.q.OutboxExpiredLeases(ctx) })
 	run(func(ctx context.Context) { o.LeaseOwners, errLeas = c.q.OutboxConsoleLeaseOwners(ctx, 20) })
 	run(func(ctx context.Context) {
@@ -67,7 +67,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			StalledAfter: c.cfg.StalledAfter, Cap: int32(c.cfg.CountCap)})
 	})
 	wg.Wait()
-	for _, err := range []error{errNow, errCounts, errAge, errExp, errLeas, errMin, errBlk} {
+	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk} {
 		if err != nil {
 			c.fail(w, r, start, err)
 			return
@@ -76,6 +76,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	cp := c.cfg.CountCap
 	o.Pending, o.Processing, o.Dead = capped(counts.Pending, cp), capped(counts.Processing, cp), capped(counts.Dead, cp)
 	o.Blocked = capped(blocked, cp)
+	o.OldestAgeSeconds = counts.OldestAgeSeconds
 	o.DoneEstimate = -1
 	if counts.EstimatedRows >= 0 {
 		o.DoneEstimate = max(int64(counts.EstimatedRows)-counts.Pending-counts.Processing-counts.Dead, 0)

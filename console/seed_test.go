@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // seedLarge fills the outbox with rows in the shape of a busy production
@@ -15,8 +18,8 @@ import (
 // 24 hours in id order; done rows were delivered 20-320 ms after creation,
 // so the last hour holds about total/24 deliveries. Triggers are off while
 // seeding (session_replication_role = replica, which needs a superuser), so
-// ordered rows get their seq here. Ends with VACUUM ANALYZE, as
-// autovacuum would.
+// ordered rows get their seq and their head flag here. Ends with VACUUM
+// ANALYZE, as autovacuum would.
 //
 // With total = 10,000,000: 9,900,000 done, about 60,000 pending unordered,
 // 20,000 pending ordered over 2,000 aggregates (all blocked: each has dead
@@ -67,6 +70,18 @@ SELECT g, 'order', a.agg, CASE WHEN g %% 97 = 0 THEN 'OrderRefunded' WHEN g %% 3
 			tb.Fatalf("seed rows %d-%d: %v", from, to, err)
 		}
 	}
+	// The heads (migration 00005's column head), as the commit trigger would
+	// have flagged them: each aggregate's lowest-seq undelivered row (here
+	// all dead, so every ordered aggregate is blocked).
+	if _, err := conn.Exec(ctx, `
+UPDATE outbox
+   SET head = true
+ WHERE id IN (SELECT DISTINCT ON (aggregate_id) id
+                FROM outbox
+               WHERE ordered AND seq IS NOT NULL AND status IN ('pending', 'processing', 'dead')
+               ORDER BY aggregate_id, seq)`); err != nil {
+		tb.Fatal(err)
+	}
 	if _, err := conn.Exec(ctx, `RESET session_replication_role`); err != nil {
 		tb.Fatal(err)
 	}
@@ -78,5 +93,35 @@ SELECT g, 'order', a.agg, CASE WHEN g %% 97 = 0 THEN 'OrderRefunded' WHEN g %% 3
 	}
 	if _, err := conn.Exec(ctx, `VACUUM (ANALYZE) outbox`); err != nil {
 		tb.Fatal(err)
+	}
+}
+
+// reuseLarge prepares a database named by PGOUTBOX_CONSOLE_BENCH_URL: applies
+// the pending migrations, then seeds total rows with seedLarge when the
+// outbox is empty. A table seeded before with another total is refused, since
+// the benchmark's ids (the aggregate id, the older page) depend on it.
+func reuseLarge(tb testing.TB, pool *pgxpool.Pool, total int) {
+	tb.Helper()
+	ctx := context.Background()
+	m, err := migrations.FromPool(pool)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, err = m.Up(ctx)
+	m.Close()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var high int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&high); err != nil {
+		tb.Fatal(err)
+	}
+	switch {
+	case high == 0:
+		start := time.Now()
+		seedLarge(tb, pool, total)
+		tb.Logf("seeded %d rows in %s", total, time.Since(start).Round(time.Second))
+	case high != int64(total):
+		tb.Fatalf("PGOUTBOX_CONSOLE_BENCH_URL: the outbox holds ids up to %d, not %d: set PGOUTBOX_CONSOLE_BENCH_ROWS=%d or reseed (drop and create the database)", high, total, high)
 	}
 }
