@@ -50,7 +50,7 @@ func (a *app) ui(ctx context.Context, args []string) error {
 	addr := f.String("addr", "127.0.0.1:8080", "listen address (host:port); a non-loopback host needs "+envUIToken+" or "+envUIUser+"/"+envUIPassword)
 	readOnly := f.Bool("read-only", false, "hide every action and reject state-changing requests")
 	prefix := f.String("prefix", "", "serve under this path (such as /outbox) instead of /")
-	stalledAfter := f.durationDays("stalled-after", console.StalledAfterDefault, "an ordered aggregate whose oldest undelivered message is older than this counts as blocked")
+	stalledAfter := f.durationDays("stalled-after", console.StalledAfterDefault, "an ordered aggregate whose head (its first undelivered message) is older than this counts as blocked")
 	refresh := f.duration("refresh", console.RefreshDefault, "how often the overview reloads itself")
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
