@@ -28,11 +28,9 @@ func querySQL(name string) string {
 		}
 		rest := text[i:]
 		rest = rest[strings.Index(rest, "\n")+1:]
-		if j := strings.Index(rest, ";"); j >= 0 {
-			rest = rest[:j]
-		}
-		// Drop line comments (the contract's queries hold no "--" inside
-		// string literals): pgbench gets each statement on one line.
+		// Drop line comments first (the contract's queries hold no "--"
+		// inside string literals, but their comments may hold a ";"), then
+		// end at the statement's ";": pgbench gets each statement on one line.
 		var lines []string
 		for _, l := range strings.Split(rest, "\n") {
 			if k := strings.Index(l, "--"); k >= 0 {
@@ -40,7 +38,11 @@ func querySQL(name string) string {
 			}
 			lines = append(lines, l)
 		}
-		return strings.TrimSpace(strings.Join(lines, "\n"))
+		rest = strings.Join(lines, "\n")
+		if j := strings.Index(rest, ";"); j >= 0 {
+			rest = rest[:j]
+		}
+		return strings.TrimSpace(rest)
 	}
 	panic("query " + name + " not found in queries/*.sql")
 }

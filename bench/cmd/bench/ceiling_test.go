@@ -1,0 +1,21 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// The SQL ceiling runs the contract's statements verbatim through pgbench,
+// one line each: comments inside a statement (OutboxMarkDoneMany's CTE has
+// some, with a ";" in them) must go before the statement's end is found.
+func TestQuerySQL_WholeStatementWithoutComments(t *testing.T) {
+	for name, end := range map[string]string{
+		"OutboxMarkDoneMany": "RETURNING o.id",
+		"OutboxClaim":        "FROM claimed AS c",
+	} {
+		q := querySQL(name)
+		if strings.Contains(q, "--") || strings.Contains(q, ";") || !strings.Contains(q, end) {
+			t.Errorf("querySQL(%q) is not the whole statement without comments:\n%s", name, q)
+		}
+	}
+}
