@@ -77,6 +77,8 @@ func pgbenchScript(batch int) string {
 		"@ids::bigint[]", ":ids::bigint[]",
 		"@lease_versions::bigint[]", ":vers::bigint[]",
 		"@lease_owners::text[]", "array_fill('pgbench'::text, ARRAY[coalesce(cardinality(:ids::bigint[]), 0)])",
+		// The ceiling's rows are unordered, as the dispatcher says of such a batch.
+		"@unordered_only::boolean", "true",
 	).Replace(querySQL("OutboxMarkDoneMany"))
 	oneLine := func(s string) string {
 		// pgbench reads one SQL command up to the semicolon; keep it tidy.

@@ -19,3 +19,11 @@ func TestQuerySQL_WholeStatementWithoutComments(t *testing.T) {
 		}
 	}
 }
+
+// Every parameter of the ceiling's script is replaced by a literal or a
+// pgbench variable: a parameter added to a query must be added there too.
+func TestPgbenchScript_NoParameterLeft(t *testing.T) {
+	if s := pgbenchScript(100); strings.Contains(s, "@") {
+		t.Fatalf("the ceiling's pgbench script still holds a sqlc parameter:\n%s", s)
+	}
+}
