@@ -151,14 +151,14 @@ func runOn(t *testing.T, pool *pgxpool.Pool, pub dispatcher.Publisher, cfg dispa
 	return d
 }
 
-// An idle dispatcher of ClaimAll on a pool of 4 (pgxpool's smallest default)
+// An idle dispatcher of ClaimAll on a pool of 8 (concurrentClaimConns)
 // runs the unordered and the ordered claim of a round at the same time, so a
 // message of either kind waits for one claim only; both kinds are delivered.
 func TestClaimAll_IdleDispatcherClaimsBothKindsAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	claims := newWindowClaims(4, 10*time.Second)
-	pool := tracedPool(t, b, 4, claims)
+	pool := tracedPool(t, b, 8, claims)
 	rec := newRecorder(nil)
 	d := runOn(t, pool, rec, fast(dispatcher.Config{}))
 	waitFor(t, 60*time.Second, "an unordered and an ordered claim running at once", func() bool { return claims.overlapped() > 0 })
@@ -180,13 +180,13 @@ func TestClaimAll_SmallPoolClaimsTheKindsInTurn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	claims := newWindowClaims(2, 2*time.Second)
-	pool := tracedPool(t, b, 3, claims)
+	pool := tracedPool(t, b, 7, claims)
 	rec := newRecorder(nil)
 	d := runOn(t, pool, rec, fast(dispatcher.Config{}))
 	waitIdleAndListening(t, d)
 	ids := append(b.enqueue(t, 3, "u", false), b.enqueue(t, 3, "o", true)...)
 	waitFor(t, 30*time.Second, "both kinds published", func() bool { return rec.published() == len(ids) })
 	if n := claims.overlapped(); n != 0 {
-		t.Errorf("%d window claims started while the other kind's was running, want 0 on a pool of 3", n)
+		t.Errorf("%d window claims started while the other kind's was running, want 0 on a pool of 7", n)
 	}
 }

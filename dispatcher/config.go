@@ -64,7 +64,7 @@ const (
 	// ClaimAll claims unordered messages with OutboxClaimWindow and ordered
 	// messages (Event.Ordered) with OutboxClaimOrderedWindow, in the same
 	// loop (queries/window.sql): at the same time on two connections when
-	// both claims fit in flight and the pool has at least 4, in turn
+	// both claims fit in flight, the previous round was idle and the pool has at least 8, in turn
 	// otherwise.
 	ClaimAll ClaimMode = iota
 	// ClaimUnorderedOnly claims only unordered messages.

@@ -253,6 +253,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		hotStep      time.Duration // next idle wait inside the wake window
 	)
 	sizes := d.newClaimSizes()
+	idle := true // the previous round claimed nothing (claimRound)
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
 	for ctx.Err() == nil {
@@ -271,7 +272,8 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 			kinds[0], kinds[1] = kinds[1], kinds[0]
 		}
 		orderedFirst = !orderedFirst
-		claimed, err := d.claimRound(ctx, sizes, limit, kinds, jobs, rel)
+		claimed, err := d.claimRound(ctx, sizes, limit, kinds, jobs, rel, idle)
+		idle = err == nil && claimed == 0
 		if err != nil {
 			d.dbError(ctx, "claim", err, &dbFailures)
 			continue
@@ -328,8 +330,8 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 // connections: a message of either kind then waits for one claim (one
 // OutboxClaimSnapshot and one window claim), not for the other kind's as
 // well. Otherwise they run one after the other, each sized to the room left.
-func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int, kinds []ClaimMode, jobs chan<- *job, rel *releaser) (int, error) {
-	if d.cfg.Claim == ClaimAll && d.pool.Config().MaxConns >= concurrentClaimConns {
+func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int, kinds []ClaimMode, jobs chan<- *job, rel *releaser, idle bool) (int, error) {
+	if idle && d.cfg.Claim == ClaimAll && d.pool.Config().MaxConns >= concurrentClaimConns {
 		a, b := sizes.of(kinds[0]).size(), sizes.of(kinds[1]).size()
 		if a+b <= limit-int(d.inFlight.Load()) {
 			var (
@@ -374,9 +376,14 @@ func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int
 
 // concurrentClaimConns is the smallest pool (MaxConns) on which claimRound
 // runs the two kinds' claims at once: they take two connections, and the
-// finalizer and the recovery lane must still find one without waiting
-// (pgxpool's default size is max(4, NumCPU)).
-const concurrentClaimConns = 4
+// finalizer, the recovery lane, its sweeps and the gauges must still find
+// theirs without waiting. On pgxpool's default for 2 cores (4) it was 4 at
+// first, and with a snapshot held (BENCHMARKS.md section 7, 2,000 events/s,
+// 75 s) the unordered p50 rose from 4.3 ms to 36.6 ms during the hold (p99
+// 107.6 ms), against 5.5 ms / 16.4 ms with the claims in turn; claiming at
+// once only when the previous round was idle still gave p50 25 ms in the
+// hold's last 30 s. So it needs a pool of 8 (pgxpool's default from 8 cores).
+const concurrentClaimConns = 8
 
 // claimKind claims up to n messages of kind, falling back to the isolation
 // path when the claim failed on a row or timed out.
