@@ -125,28 +125,7 @@ func TestFailover_LostClaimOnAsyncStandbyCannotFinalize(t *testing.T) {
 
 	// The standby starts from a base backup that holds the message; then its
 	// WAL receiver is stopped, so nothing later reaches it.
-	standby, err := primary.StartStandby(ctx, pgcluster.Options{Settings: map[string]string{"cluster_name": "standby"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = standby.Stop() })
-	sconn, err := pgx.Connect(ctx, standby.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
-		if _, err := sconn.Exec(ctx, s); err != nil {
-			t.Fatalf("detach the standby (%s): %v", s, err)
-		}
-	}
-	waitFor(t, 30*time.Second, "the standby's WAL receiver to stop", func() bool {
-		var n int
-		if err := sconn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 0
-	})
-	sconn.Close(ctx)
+	standby := detachedStandby(t, primary)
 
 	// The relay's view: both servers, whichever accepts writes.
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
@@ -296,28 +275,7 @@ func TestFailover_EventsCommittedOnThePromotedStandbyAreClaimedAtOnce(t *testing
 	m.Close()
 
 	// The standby gets the base backup and nothing after it.
-	standby, err := primary.StartStandby(ctx, pgcluster.Options{Settings: map[string]string{"cluster_name": "standby"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = standby.Stop() })
-	sconn, err := pgx.Connect(ctx, standby.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
-		if _, err := sconn.Exec(ctx, s); err != nil {
-			t.Fatalf("detach the standby (%s): %v", s, err)
-		}
-	}
-	waitFor(t, 30*time.Second, "the standby's WAL receiver to stop", func() bool {
-		var n int
-		if err := sconn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 0
-	})
-	sconn.Close(ctx)
+	standby := detachedStandby(t, primary)
 
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
 		primary.Port(), standby.Port())
@@ -429,4 +387,35 @@ func TestFailover_EventsCommittedOnThePromotedStandbyAreClaimedAtOnce(t *testing
 	})
 	t.Logf("old primary xmax %d, new primary's %d; events committed after the promotion delivered %s after it",
 		oldXmax, newXmax, time.Since(promoted).Round(time.Millisecond))
+}
+
+// detachedStandby starts a streaming standby of primary from a base backup
+// and stops its WAL receiver at once: it holds what the primary had then
+// and nothing after it (an asynchronous standby that lost the last WAL).
+func detachedStandby(t *testing.T, primary *pgcluster.Cluster) *pgcluster.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	standby, err := primary.StartStandby(ctx, pgcluster.Options{Settings: map[string]string{"cluster_name": "standby"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = standby.Stop() })
+	sconn, err := pgx.Connect(ctx, standby.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
+		if _, err := sconn.Exec(ctx, s); err != nil {
+			t.Fatalf("detach the standby (%s): %v", s, err)
+		}
+	}
+	waitFor(t, 30*time.Second, "the standby's WAL receiver to stop", func() bool {
+		var n int
+		if err := sconn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+	sconn.Close(ctx)
+	return standby
 }
