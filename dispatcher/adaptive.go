@@ -18,8 +18,10 @@ import (
 //     BatchMin: an idle or trickling queue is claimed in small batches, so
 //     that a crash strands little and claims stay fair among dispatchers;
 //   - the size never exceeds what the dispatcher finished in BatchWork at
-//     the rate measured over the last claims (messages finalized, handed back
-//     or failed per second), so a slow publisher does not make the dispatcher
+//     the rate measured over the last claims (messages the workers finished
+//     with per second: published, failed or handed back; counted as each
+//     publish returns, not as batched finalizes land, so the rate never
+//     reads above what the publisher sustains), so a slow publisher does not make the dispatcher
 //     hold minutes of work under lease: one claim is at most about BatchWork
 //     of publishing, and what a crash strands (at most limit() messages) at
 //     most about twice that, plus BatchMin.
@@ -32,7 +34,7 @@ type adaptiveBatch struct {
 	pub *atomic.Int64 // cur, for Stats
 
 	// The completion-rate estimate: completions is the dispatcher's running
-	// count of messages that left flight (release).
+	// count of jobs its workers finished with (runJob).
 	completions *atomic.Int64
 	sampledAt   time.Time
 	sampled     int64
@@ -129,8 +131,8 @@ func (d *Dispatcher) newClaimSizes() claimSizes {
 		unordered, ordered = ordered, unordered
 	}
 	return claimSizes{
-		unordered: newAdaptiveBatch(d.cfg, &d.completions, unordered, now),
-		ordered:   newAdaptiveBatch(d.cfg, &d.completions, ordered, now),
+		unordered: newAdaptiveBatch(d.cfg, &d.worked, unordered, now),
+		ordered:   newAdaptiveBatch(d.cfg, &d.worked, ordered, now),
 	}
 }
 

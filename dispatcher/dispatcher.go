@@ -35,7 +35,7 @@ type Dispatcher struct {
 
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
-	completions atomic.Int64  // messages that left flight (adaptive claim size)
+	worked      atomic.Int64  // jobs the workers finished with: published, failed or handed back (adaptive claim size)
 	claimSize   atomic.Int64  // current unordered claim size (Stats)
 	freed       chan struct{} // signals the claimer that slots were freed
 	wake        chan struct{} // NOTIFY wake-ups, coalesced
@@ -462,7 +462,6 @@ func (d *Dispatcher) newJob(id, leaseVersion int64, leaseOwner string, attempts 
 // release frees n in-flight slots and wakes the claimer.
 func (d *Dispatcher) release(n int) {
 	d.inFlight.Add(-int64(n))
-	d.completions.Add(int64(n))
 	select {
 	case d.freed <- struct{}{}:
 	default:

@@ -374,7 +374,7 @@ func TestTrace_WithoutAnSDKThePublishRunsInTheStoredContext(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.start(t, log.publisher(func(int) error { return dispatcher.Retryable(errors.New("busy")) }),
 		fast(dispatcher.Config{Logger: logger, MaxAttempts: 5})) // no TracerProvider: the global no-op
-	waitFor(t, 30*time.Second, "a publish", func() bool { return len(log.all()) == 1 })
+	waitFor(t, 30*time.Second, "a publish", func() bool { return len(log.all()) >= 1 }) // retried at once: more may follow
 	m := log.all()[0]
 	if m.sc.TraceID() != producer.TraceID() || m.sc.SpanID() != producer.SpanID() {
 		t.Errorf("Publish ctx span context %s/%s, want the stored %s/%s", m.sc.TraceID(), m.sc.SpanID(), producer.TraceID(), producer.SpanID())

@@ -27,6 +27,10 @@ func (d *Dispatcher) work(hardCtx context.Context, jobs <-chan *job, fin doneSin
 // runJob publishes one claimed job, or hands it back when it must not start
 // (shutdown, or too close to the end of its lease).
 func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *releaser) {
+	// Counted when the worker is done with the job, not when its finalize
+	// lands: the adaptive claim size measures the publishing rate, which
+	// batched finalizes would otherwise deliver in bursts.
+	defer d.worked.Add(1)
 	if d.stopping.Load() {
 		rel.add(j) // claimed but never started: hand back at once
 		return
