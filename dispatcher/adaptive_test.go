@@ -95,7 +95,7 @@ func TestAdaptive_ClaimSizeGrowsOnBacklogAndReturnsToMinWhenIdle(t *testing.T) {
 // Concurrency publishes of at least 2 ms each the dispatcher finishes at
 // most 2,000 messages a second, so a BatchWork of 50 ms allows claims of
 // about 100 and about 200 messages in flight, where the same backlog with
-// the cap out of the way (Batch 1000 reached) holds 2,000.
+// the cap out of the way (Batch 2000 reached) holds 4,000.
 func TestAdaptive_SlowPublisherKeepsClaimsToBatchWork(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

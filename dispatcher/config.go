@@ -19,7 +19,7 @@ import (
 // 12, backoff 1 s .. 300 s; the seed's batch of 50 is BatchMinDefault, where
 // the adaptive claim size starts and returns to when the queue is quiet).
 const (
-	BatchDefault              = 1000
+	BatchDefault              = 2000
 	BatchMinDefault           = 50
 	BatchWorkDefault          = time.Second
 	LeaseDefault              = 60 * time.Second
@@ -122,7 +122,7 @@ type Config struct {
 	// Batch is the most messages one claim takes. The claim size adapts
 	// between BatchMin and Batch (see BatchMin); at most
 	// max(2 × size, size + Concurrency) messages are in flight at once.
-	// Defaults to BatchDefault (1000).
+	// Defaults to BatchDefault (2000).
 	Batch int
 
 	// BatchMin is the claim size the dispatcher starts from and returns to
@@ -237,7 +237,7 @@ type Config struct {
 	// publishes are written with one OutboxMarkDoneMany when FinalizeBatch
 	// are waiting or FinalizeDelay after the first one, whichever comes
 	// first. Each row stays fenced by its own lease_version.
-	// Default to FinalizeBatchDefault (2 × BatchDefault = 2000) and 2ms.
+	// Default to FinalizeBatchDefault (2 × BatchDefault = 4000) and 2ms.
 	FinalizeBatch int
 	FinalizeDelay time.Duration
 
