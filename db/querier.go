@@ -245,8 +245,12 @@ type Querier interface {
 	// is not read at all once the lanes before it filled the batch; the claim
 	// takes the first @batch in lane order:
 	// 1. open: rows of transactions that were still open at @snapshot (its xip
-	//    list) and committed by @upper: one index probe per listed transaction (a lateral join, so that
-	//    no plan can read the whole pending index instead). A long-open writer
+	//    list) and committed by @upper: one index probe per listed transaction,
+	//    which locks what it finds (a lateral join with its own FOR UPDATE, so
+	//    that no plan can read the whole pending index instead: an outer
+	//    id = ANY(...) lookup sorted by (txid, id) let the planner read
+	//    outbox_pending_txid from its start, every entry dead under a held
+	//    snapshot, 17,000 buffers a claim five minutes into a hold). A long-open writer
 	//    stays on the list and costs one probe that finds nothing; its own rows
 	//    are claimed when it commits.
 	// 2. fresh: rows of transactions that began after @snapshot and committed by

@@ -15,28 +15,22 @@ WITH win AS (
     SELECT ($1::text)::pg_snapshot AS snap, ($2::text)::pg_snapshot AS upper
 ),
 open_tx AS (
-    SELECT o.id
-      FROM outbox AS o
-     WHERE o.id = ANY (ARRAY(
-            SELECT p.id
-              FROM (SELECT pg_snapshot_xip(win.snap) AS xid, win.upper FROM win) AS x
-             CROSS JOIN LATERAL (
-                    SELECT p.id
-                      FROM outbox AS p
-                     WHERE p.txid = x.xid
-                       AND p.ordered
-                       AND p.head
-                       AND p.status = 'pending'
-                       AND pg_visible_in_snapshot(x.xid, x.upper)
-                     ORDER BY p.txid, p.id
-                     LIMIT $3::integer) AS p))
-       AND o.ordered
-       AND o.head
-       AND o.status = 'pending'
-       AND o.available_at <= now()
-     ORDER BY o.txid, o.id
+    SELECT p.id
+      FROM (SELECT pg_snapshot_xip(win.snap) AS xid, win.upper FROM win) AS x
+     CROSS JOIN LATERAL (
+            SELECT p.txid, p.id
+              FROM outbox AS p
+             WHERE p.txid = x.xid
+               AND p.ordered
+               AND p.head
+               AND p.status = 'pending'
+               AND p.available_at <= now()
+               AND pg_visible_in_snapshot(x.xid, x.upper)
+             ORDER BY p.txid, p.id
+             LIMIT $3::integer
+               FOR UPDATE SKIP LOCKED) AS p
+     ORDER BY p.txid, p.id
      LIMIT $3::integer
-       FOR UPDATE SKIP LOCKED
 ),
 fresh AS (
     SELECT o.id
@@ -508,26 +502,21 @@ WITH win AS (
     SELECT ($1::text)::pg_snapshot AS snap, ($2::text)::pg_snapshot AS upper
 ),
 open_tx AS (
-    SELECT o.id
-      FROM outbox AS o
-     WHERE o.id = ANY (ARRAY(
-            SELECT p.id
-              FROM (SELECT pg_snapshot_xip(win.snap) AS xid, win.upper FROM win) AS x
-             CROSS JOIN LATERAL (
-                    SELECT p.id
-                      FROM outbox AS p
-                     WHERE p.txid = x.xid
-                       AND p.status = 'pending'
-                       AND NOT p.ordered
-                       AND pg_visible_in_snapshot(x.xid, x.upper)
-                     ORDER BY p.txid, p.id
-                     LIMIT $3::integer) AS p))
-       AND o.status = 'pending'
-       AND NOT o.ordered
-       AND o.available_at <= now()
-     ORDER BY o.txid, o.id
+    SELECT p.id
+      FROM (SELECT pg_snapshot_xip(win.snap) AS xid, win.upper FROM win) AS x
+     CROSS JOIN LATERAL (
+            SELECT p.txid, p.id
+              FROM outbox AS p
+             WHERE p.txid = x.xid
+               AND p.status = 'pending'
+               AND NOT p.ordered
+               AND p.available_at <= now()
+               AND pg_visible_in_snapshot(x.xid, x.upper)
+             ORDER BY p.txid, p.id
+             LIMIT $3::integer
+               FOR UPDATE SKIP LOCKED) AS p
+     ORDER BY p.txid, p.id
      LIMIT $3::integer
-       FOR UPDATE SKIP LOCKED
 ),
 fresh AS (
     SELECT o.id
@@ -609,8 +598,12 @@ type OutboxClaimWindowRow struct {
 // is not read at all once the lanes before it filled the batch; the claim
 // takes the first @batch in lane order:
 //  1. open: rows of transactions that were still open at @snapshot (its xip
-//     list) and committed by @upper: one index probe per listed transaction (a lateral join, so that
-//     no plan can read the whole pending index instead). A long-open writer
+//     list) and committed by @upper: one index probe per listed transaction,
+//     which locks what it finds (a lateral join with its own FOR UPDATE, so
+//     that no plan can read the whole pending index instead: an outer
+//     id = ANY(...) lookup sorted by (txid, id) let the planner read
+//     outbox_pending_txid from its start, every entry dead under a held
+//     snapshot, 17,000 buffers a claim five minutes into a hold). A long-open writer
 //     stays on the list and costs one probe that finds nothing; its own rows
 //     are claimed when it commits.
 //  2. fresh: rows of transactions that began after @snapshot and committed by
