@@ -620,8 +620,11 @@ type OutboxClaimWindowRow struct {
 // forward, and the cursor passes a row only once it was handed out.
 // lane says which lane found the row ('open', 'fresh', 'due'); txid is the
 // row's txid (for the keyset of the fresh lane).
-// Lock strategy: FOR UPDATE SKIP LOCKED in each lane, then one UPDATE by
-// primary key through id = ANY(ARRAY(...)), as in OutboxClaim. A row found
+// Lock strategy: FOR UPDATE SKIP LOCKED in each lane (in the open lane,
+// inside each transaction's probe: rows a probe locked past the lane's
+// @batch stay locked only until this statement commits, and the next claim
+// finds them, since a full claim does not close the window), then one
+// UPDATE by primary key through id = ANY(ARRAY(...)), as in OutboxClaim. A row found
 // locked by a concurrent claim is passed: that claim takes it. (Should that
 // claim roll back, the row is pending again behind the cursor; the caller's
 // periodic OutboxClaimPassed recovers it.)

@@ -18,13 +18,13 @@ import (
 //     BatchMin: an idle or trickling queue is claimed in small batches, so
 //     that a crash strands little and claims stay fair among dispatchers;
 //   - the size never exceeds what the dispatcher finished in BatchWork at
-//     the rate measured over the last claims (messages the workers finished
+//     the rate measured over the last claims (jobs the workers finished
 //     with per second: published, failed or handed back; counted as each
 //     publish returns, not as batched finalizes land, so the rate never
-//     reads above what the publisher sustains), so a slow publisher does not make the dispatcher
-//     hold minutes of work under lease: one claim is at most about BatchWork
-//     of publishing, and what a crash strands (at most limit() messages) at
-//     most about twice that, plus BatchMin.
+//     reads above what the publisher sustains), so a slow publisher does
+//     not make the dispatcher hold minutes of work under lease: one claim
+//     is at most about BatchWork of publishing, and what a crash strands
+//     (at most limit() messages) at most about twice that, plus BatchMin.
 type adaptiveBatch struct {
 	min, max    int
 	concurrency int
@@ -33,18 +33,18 @@ type adaptiveBatch struct {
 	cur int
 	pub *atomic.Int64 // cur, for Stats
 
-	// The completion-rate estimate: completions is the dispatcher's running
-	// count of jobs its workers finished with (runJob).
-	completions *atomic.Int64
-	sampledAt   time.Time
-	sampled     int64
-	rate        float64 // completions per second (exponentially smoothed)
+	// The completion-rate estimate: worked is the dispatcher's running count
+	// of jobs its workers finished with (runJob).
+	worked    *atomic.Int64
+	sampledAt time.Time
+	sampled   int64
+	rate      float64 // completions per second (exponentially smoothed)
 }
 
 // rateWindow is the shortest interval the completion rate is measured over.
 const rateWindow = 50 * time.Millisecond
 
-func newAdaptiveBatch(cfg Config, completions, pub *atomic.Int64, now time.Time) *adaptiveBatch {
+func newAdaptiveBatch(cfg Config, worked, pub *atomic.Int64, now time.Time) *adaptiveBatch {
 	// A message waits behind at most two claims' worth of work before its
 	// publish starts, and is handed back unpublished when less than
 	// PublishTimeout (HeartbeatInterval with a heartbeat) of its lease is
@@ -61,7 +61,7 @@ func newAdaptiveBatch(cfg Config, completions, pub *atomic.Int64, now time.Time)
 	}
 	a := &adaptiveBatch{
 		min: cfg.BatchMin, max: cfg.Batch, concurrency: cfg.Concurrency, work: work,
-		cur: cfg.BatchMin, pub: pub, completions: completions, sampledAt: now,
+		cur: cfg.BatchMin, pub: pub, worked: worked, sampledAt: now,
 	}
 	a.pub.Store(int64(a.cur))
 	return a
@@ -108,7 +108,7 @@ func (a *adaptiveBatch) measure(now time.Time) {
 	if dt < rateWindow {
 		return
 	}
-	done := a.completions.Load()
+	done := a.worked.Load()
 	inst := float64(done-a.sampled) / dt.Seconds()
 	a.sampledAt, a.sampled = now, done
 	if a.rate == 0 || inst > a.rate {

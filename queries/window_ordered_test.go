@@ -118,23 +118,12 @@ func TestClaimOrderedWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t
 			t.Fatal(err)
 		}
 		w.begin(pre)
-		// enable_sort off: plans that read an index in order to avoid a
-		// sort are preferred, as the relay's claims got them with
-		// production statistics (the open lane then read the whole pending
-		// index, 17,000 buffers a claim five minutes into a hold). The
-		// claim's work must stay flat whatever plan is chosen.
-		if _, err := worker.Exec(ctx, "SET enable_sort = off"); err != nil {
-			t.Fatal(err)
-		}
-		we := claimWork(t, worker.Conn(), func(q *db.Queries) {
+		we := claimWorkWithoutSort(t, worker.Conn(), func(q *db.Queries) {
 			_, _ = q.OutboxClaimOrderedWindow(ctx, db.OutboxClaimOrderedWindowParams{
 				Snapshot: w.snapshot, Upper: w.upper, AfterTxid: w.afterTxid, AfterID: w.afterID, DueAfter: w.dueAfter,
 				Owner: "probe", Batch: 20, Lease: time.Minute,
 			})
 		})
-		if _, err := worker.Exec(ctx, "RESET enable_sort"); err != nil {
-			t.Fatal(err)
-		}
 		if got := b.finishProbe(t, "probe"); len(got) != 20 {
 			t.Fatalf("round %d: OutboxClaimOrderedWindow took %d heads, want 20", round, len(got))
 		} else {

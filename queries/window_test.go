@@ -179,6 +179,26 @@ func claimWork(t *testing.T, conn *pgx.Conn, call func(q *db.Queries)) int64 {
 	return plan[0].Plan.SharedHit + plan[0].Plan.SharedRead
 }
 
+// claimWorkWithoutSort is claimWork with enable_sort off for the call:
+// plans that read an index in order to avoid a sort are then preferred, as
+// the relay's claims got them with production statistics (the window
+// claims' open lane once read the whole pending index that way, 17,000
+// buffers a claim five minutes into a hold). A claim's work must stay flat
+// whatever plan is chosen.
+func claimWorkWithoutSort(t *testing.T, conn *pgx.Conn, call func(q *db.Queries)) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "SET enable_sort = off"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := conn.Exec(ctx, "RESET enable_sort"); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	return claimWork(t, conn, call)
+}
+
 // The issue-14 situation at the SQL level: a REPEATABLE READ transaction
 // reads the outbox once and stays open (pg_dump's snapshot) while rows are
 // claimed and finalized. Each row claimed leaves a dead index entry that the
@@ -242,23 +262,12 @@ func TestClaimWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t *testi
 			t.Fatal(err)
 		}
 		w.begin(pre)
-		// enable_sort off: plans that read an index in order to avoid a
-		// sort are preferred, as the relay's claims got them with
-		// production statistics (the open lane then read the whole pending
-		// index, 17,000 buffers a claim five minutes into a hold). The
-		// claim's work must stay flat whatever plan is chosen.
-		if _, err := worker.Exec(ctx, "SET enable_sort = off"); err != nil {
-			t.Fatal(err)
-		}
-		we := claimWork(t, worker.Conn(), func(q *db.Queries) {
+		we := claimWorkWithoutSort(t, worker.Conn(), func(q *db.Queries) {
 			_, _ = q.OutboxClaimWindow(ctx, db.OutboxClaimWindowParams{
 				Snapshot: w.snapshot, Upper: w.upper, AfterTxid: w.afterTxid, AfterID: w.afterID, DueAfter: w.dueAfter,
 				Owner: "probe", Batch: probe, Lease: time.Minute,
 			})
 		})
-		if _, err := worker.Exec(ctx, "RESET enable_sort"); err != nil {
-			t.Fatal(err)
-		}
 		probed := b.finishProbe(t, "probe")
 		if len(probed) != probe {
 			t.Fatalf("round %d: window claim took %d rows, want %d", round, len(probed), probe)
