@@ -39,6 +39,9 @@ type adaptiveBatch struct {
 	sampledAt time.Time
 	sampled   int64
 	rate      float64 // completions per second (exponentially smoothed)
+	// provisional is the rate since the start while no window has been
+	// measured yet (rate is 0); see measure.
+	provisional float64
 }
 
 // rateWindow is the shortest interval the completion rate is measured over.
@@ -96,7 +99,7 @@ func (a *adaptiveBatch) observe(asked, got int, now time.Time) {
 // workCap is the claim size that holds about BatchWork of work at the
 // measured completion rate.
 func (a *adaptiveBatch) workCap() int {
-	c := a.rate * a.work.Seconds()
+	c := max(a.rate, a.provisional) * a.work.Seconds()
 	if c >= float64(a.max) {
 		return a.max
 	}
@@ -106,8 +109,18 @@ func (a *adaptiveBatch) workCap() int {
 func (a *adaptiveBatch) measure(now time.Time) {
 	dt := now.Sub(a.sampledAt)
 	if dt < rateWindow {
+		if done := a.worked.Load(); a.rate == 0 && dt > 0 && done > a.sampled {
+			// No window measured yet (the first 50 ms of a run): a
+			// provisional rate from what finished so far, so that a
+			// backlog found at start-up does not wait a whole window at
+			// BatchMin (measured: six claims of 50 in the first 57 ms of a
+			// drain). A slow publisher shows as slow from its first
+			// completions on. The window's sample is left as it is.
+			a.provisional = float64(done-a.sampled) / dt.Seconds()
+		}
 		return
 	}
+	a.provisional = 0
 	done := a.worked.Load()
 	inst := float64(done-a.sampled) / dt.Seconds()
 	a.sampledAt, a.sampled = now, done

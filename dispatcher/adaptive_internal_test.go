@@ -56,6 +56,20 @@ func TestAdaptiveBatch_Rule(t *testing.T) {
 			{400, 400, 100 * time.Millisecond, 100, 250},
 			{250, 250, 100 * time.Millisecond, 100, 175},
 		}},
+		{"before the first 50 ms window, the rate so far lets a backlog grow", 50, 2000, time.Second, []step{
+			// Nothing finished yet: no rate, the size stays.
+			{50, 50, 10 * time.Millisecond, 0, 50},
+			// 50 in 20 ms since the start = 2,500/s, × 1 s = 2,500.
+			{50, 50, 10 * time.Millisecond, 50, 100},
+			{100, 100, 10 * time.Millisecond, 100, 200},
+			{200, 200, 10 * time.Millisecond, 200, 400},
+		}},
+		{"before the first window, a slow publisher is slow from its first completions", 50, 2000, 50 * time.Millisecond, []step{
+			// 4 done in 2 ms = 2,000/s, × 50 ms = 100.
+			{50, 50, 2 * time.Millisecond, 4, 100},
+			// 20 done in 10 ms: still 2,000/s; the claim stays at 100.
+			{100, 100, 8 * time.Millisecond, 16, 100},
+		}},
 		{"the cap never goes below BatchMin", 50, 1000, 10 * time.Millisecond, []step{
 			{50, 50, 100 * time.Millisecond, 10, 50},
 			{50, 50, 100 * time.Millisecond, 10, 50},

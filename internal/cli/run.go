@@ -509,6 +509,7 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 	}
 	disp.Store(dp)
 	log.Info("dispatching", slog.String("owner", dp.Owner()), slog.String("source", dp.Source()))
+	defer tuneRelayGC(a.getenv)() // gc.go
 	if err := dp.Run(ctx); err != nil {
 		return failf("run: %s", a.secrets.Scrub(err.Error()))
 	}

@@ -12,6 +12,7 @@ func TestQuerySQL_WholeStatementWithoutComments(t *testing.T) {
 	for name, end := range map[string]string{
 		"OutboxMarkDoneMany": "RETURNING o.id",
 		"OutboxClaim":        "FROM claimed AS c",
+		"OutboxClaimWindow":  "FROM claimed AS c",
 	} {
 		q := querySQL(name)
 		if strings.Contains(q, "--") || strings.Contains(q, ";") || !strings.Contains(q, end) {
@@ -23,7 +24,9 @@ func TestQuerySQL_WholeStatementWithoutComments(t *testing.T) {
 // Every parameter of the ceiling's script is replaced by a literal or a
 // pgbench variable: a parameter added to a query must be added there too.
 func TestPgbenchScript_NoParameterLeft(t *testing.T) {
-	if s := pgbenchScript(100); strings.Contains(s, "@") {
-		t.Fatalf("the ceiling's pgbench script still holds a sqlc parameter:\n%s", s)
+	for _, kind := range []string{ceilingDispatcher, ceilingClaimOnly} {
+		if s := pgbenchScript(100, kind); strings.Contains(s, "@") {
+			t.Fatalf("the %s ceiling's pgbench script still holds a sqlc parameter:\n%s", kind, s)
+		}
 	}
 }

@@ -197,7 +197,7 @@ func runDrain(ctx context.Context, e *env) error {
 		}
 		return settle(ctx, e.outbox, "outbox")
 	}
-	ceil, cleanup, err := newCeilingRunner(e)
+	ceil, cleanup, err := newCeilingRunner(e, ceilingDispatcher)
 	if err != nil {
 		return err
 	}

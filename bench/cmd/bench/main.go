@@ -56,6 +56,7 @@ type options struct {
 	memprofile string
 	noReport   bool
 	try        string
+	tryN       int
 	horizon    horizonOptions // item "horizon" (horizon.go)
 	soak       soakOptions    // opt-in items "soak" and "retention" (horizon_soak.go)
 }
@@ -88,7 +89,8 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.StringVar(&o.memprofile, "memprofile", "", "development: with -try, write an allocation profile (pprof allocs) at the end to this file")
 	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not write BENCHMARKS.md or charts")
-	flag.StringVar(&o.try, "try", "", "development: drain 100,000 with this setup (zero=1,batch=,bmin=,conc=,fb=,fd=,disp=,pool=) -rounds times, then exit")
+	flag.IntVar(&o.tryN, "try-n", 100_000, "development: the backlog -try drains")
+	flag.StringVar(&o.try, "try", "", "development: drain -try-n (100,000) with this setup (zero=1,batch=,bmin=,conc=,fb=,fd=,disp=,pool=) -rounds times, then exit")
 	// Item "horizon" (horizon.go).
 	flag.DurationVar(&o.horizon.baseline, "horizon-baseline", horizonBaselineDefault, "horizon: baseline window before the long transaction")
 	flag.DurationVar(&o.horizon.hold, "horizon-hold", horizonHoldDefault, "horizon: how long the long transaction stays open (the issue's goal: 10m, the default with -full)")

@@ -102,7 +102,7 @@ func runTry(ctx context.Context, e *env, specs string, times int) error {
 			if err := resetOutbox(ctx, e.outbox); err != nil {
 				return err
 			}
-			if err := enqueueOutbox(ctx, e.outbox, 100_000, false, 1000); err != nil {
+			if err := enqueueOutbox(ctx, e.outbox, e.o.tryN, false, 1000); err != nil {
 				return err
 			}
 			if err := settle(ctx, e.outbox, "outbox"); err != nil {
@@ -110,9 +110,11 @@ func runTry(ctx context.Context, e *env, specs string, times int) error {
 			}
 			runtime.ReadMemStats(&m0)
 			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			mc0 := readMachineCPU()
 			stop := e.startProfile()
-			r, _, err := drainOutbox(ctx, e.outboxURL, s, 100_000, nil)
+			r, _, err := drainOutbox(ctx, e.outboxURL, s, e.o.tryN, nil)
 			stop()
+			mc1 := readMachineCPU()
 			if err != nil {
 				return err
 			}
@@ -121,9 +123,9 @@ func runTry(ctx context.Context, e *env, specs string, times int) error {
 			syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 			// The drain alone (not the enqueue): allocations, bytes and
 			// process CPU per message.
-			cpu := time.Duration(ru.Utime.Nano()+ru.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / 100_000
-			logf("try %s: %.0f msg/s (goroutines %d; this round, drain, per message: %d allocs, %d B, %s CPU; %d GCs)", names[k], r, runtime.NumGoroutine(),
-				(m1.Mallocs-m0.Mallocs)/100_000, (m1.TotalAlloc-m0.TotalAlloc)/100_000, cpu, m1.NumGC-m0.NumGC)
+			cpu := time.Duration(ru.Utime.Nano()+ru.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / time.Duration(e.o.tryN)
+			logf("try %s: %.0f msg/s (goroutines %d; this round, drain, per message: %d allocs, %d B, %s CPU, machine %s busy; %d GCs; machine %.0f%% busy)", names[k], r, runtime.NumGoroutine(),
+				(m1.Mallocs-m0.Mallocs)/uint64(e.o.tryN), (m1.TotalAlloc-m0.TotalAlloc)/uint64(e.o.tryN), cpu, (mc1.busy-mc0.busy)/time.Duration(e.o.tryN), m1.NumGC-m0.NumGC, 100*mc0.share(mc1))
 		}
 	}
 	for k, s := range setups {

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+)
+
+// The relay's garbage collector.
+//
+// A relay's live heap is small (a few MiB: the messages in flight and the
+// pool), and with Go's default GOGC of 100 the collector runs again each
+// time the program has allocated as much as is live: every 20 ms or so in a
+// drain, where it took a third of the relay's CPU, on the two cores the
+// database needed too (tuning log, entry 14). Unless GOGC is set in the
+// environment, run lets the heap grow by at least relayHeapHeadroom between
+// collections: GOGC follows the live heap, measured after every collection,
+// as headroom / live (at least 100, Go's default, which holds from a live
+// heap of relayHeapHeadroom up; at most relayGCPercentMax). The heap then
+// peaks near max(2 × live, live + relayHeapHeadroom). GOMEMLIMIT, when set,
+// still bounds it.
+const (
+	relayHeapHeadroom = 64 << 20
+	relayGCPercentMax = 3200
+)
+
+var relayGC struct {
+	mu       sync.Mutex
+	users    int  // relays running in this process
+	previous int  // GOGC before the first of them
+	armed    bool // a sentinel is waiting for the next collection
+}
+
+// tuneRelayGC starts following the live heap (unless GOGC is set) and returns
+// the function that stops it; the last relay of the process to stop restores
+// the GOGC it found.
+func tuneRelayGC(getenv func(string) string) (stop func()) {
+	if getenv("GOGC") != "" {
+		return func() {}
+	}
+	relayGC.mu.Lock()
+	relayGC.users++
+	if relayGC.users == 1 {
+		relayGC.previous = debug.SetGCPercent(relayGCPercent(liveHeap()))
+		if !relayGC.armed {
+			relayGC.armed = true
+			armGCSentinel()
+		}
+	}
+	relayGC.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			relayGC.mu.Lock()
+			defer relayGC.mu.Unlock()
+			relayGC.users--
+			if relayGC.users == 0 {
+				debug.SetGCPercent(relayGC.previous)
+			}
+		})
+	}
+}
+
+// relayGCPercent is the GOGC that lets a heap of live bytes grow by
+// relayHeapHeadroom before the next collection.
+func relayGCPercent(live uint64) int {
+	if live == 0 {
+		return relayGCPercentMax
+	}
+	return int(min(max(relayHeapHeadroom*100/live, 100), relayGCPercentMax))
+}
+
+// gcSentinel is garbage from birth: its finalizer runs after the collection
+// that found it, once per cycle, and sets GOGC from the live heap that
+// collection measured, then arms the next sentinel.
+type gcSentinel struct{ _ *int }
+
+func armGCSentinel() {
+	runtime.SetFinalizer(&gcSentinel{}, func(*gcSentinel) {
+		relayGC.mu.Lock()
+		defer relayGC.mu.Unlock()
+		if relayGC.users == 0 {
+			relayGC.armed = false // stopped: no new sentinel
+			return
+		}
+		debug.SetGCPercent(relayGCPercent(liveHeap()))
+		armGCSentinel()
+	})
+}
+
+// liveHeap is the heap the last collection found live (0 before the first).
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
