@@ -41,6 +41,7 @@ type Dispatcher struct {
 	wake        chan struct{} // NOTIFY wake-ups, coalesced
 	epoch       time.Time     // monotonic base of hotUntil
 	hotUntil    atomic.Int64  // end of the wake window, as time since epoch
+	wakes       atomic.Int64  // wakeUp calls (claimturn.go)
 	stopping    atomic.Bool   // Run's context ended: start nothing new
 	window      windowState   // where the next unordered claim begins (window.go)
 	windowOrd   windowState   // where the next ordered claim begins
@@ -251,6 +252,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		orderedFirst bool
 		hotSeen      int64         // the wake window hotStep belongs to
 		hotStep      time.Duration // next idle wait inside the wake window
+		empty        emptyKinds    // kinds left out of busy rounds (claimturn.go)
 	)
 	sizes := d.newClaimSizes()
 	idle := true // the previous round claimed nothing (claimRound)
@@ -271,16 +273,21 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		if orderedFirst {
 			kinds[0], kinds[1] = kinds[1], kinds[0]
 		}
-		got, err := d.claimRound(ctx, sizes, limit, kinds, jobs, rel, idle)
+		// The wake-ups before the round: one during it may announce a
+		// message its claims did not see.
+		wakes := d.wakes.Load()
+		skip := func(kind ClaimMode) bool { return empty.skip(kind, time.Now(), wakes) }
+		got, err := d.claimRound(ctx, sizes, limit, kinds, jobs, rel, idle, skip)
 		claimed := max(got[0], 0) + max(got[1], 0)
 		orderedFirst = nextOrderedFirst(kinds, got)
+		again := empty.record(kinds, got, time.Now(), wakes)
 		idle = err == nil && claimed == 0
 		if err != nil {
 			d.dbError(ctx, "claim", err, &dbFailures)
 			continue
 		}
 		dbFailures = 0
-		if claimed > 0 {
+		if claimed > 0 || again {
 			continue
 		}
 		// Idle: wait for a NOTIFY, the poll interval, or shutdown. Inside a
@@ -321,7 +328,8 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 // claimRound claims once of each kind the dispatcher claims (Config.Claim),
 // in the order of kinds, and returns how many messages it claimed of each
 // (in the order of kinds; -1 for a kind it did not claim: not claimed by
-// this dispatcher, no room left in flight, or after an error). In turn,
+// this dispatcher, left out by skip, no room left in flight, or after an
+// error). In turn,
 // the first error ends the round; at once, both claims run to the end and
 // the first kind's error is returned before the second's. Either way the
 // messages claimed are dispatched, and a kind whose claim failed does not
@@ -333,7 +341,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 // connections: a message of either kind then waits for one claim (one
 // OutboxClaimSnapshot and one window claim), not for the other kind's as
 // well. Otherwise they run one after the other, each sized to the room left.
-func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int, kinds []ClaimMode, jobs chan<- *job, rel *releaser, idle bool) ([2]int, error) {
+func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int, kinds []ClaimMode, jobs chan<- *job, rel *releaser, idle bool, skip func(ClaimMode) bool) ([2]int, error) {
 	if idle && d.cfg.Claim == ClaimAll && d.pool.Config().MaxConns >= concurrentClaimConns {
 		a, b := sizes.of(kinds[0]).size(), sizes.of(kinds[1]).size()
 		if a+b <= limit-int(d.inFlight.Load()) {
@@ -363,6 +371,9 @@ func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int
 		if d.cfg.Claim != ClaimAll && d.cfg.Claim != kind {
 			continue
 		}
+		if skip(kind) {
+			continue // claimturn.go
+		}
 		n := min(sizes.of(kind).size(), limit-int(d.inFlight.Load()))
 		if n <= 0 {
 			break
@@ -375,26 +386,6 @@ func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int
 		sizes.of(kind).observe(n, got, time.Now())
 	}
 	return claimed, nil
-}
-
-// nextOrderedFirst says which kind claims first in the round after one that
-// claimed got of kinds (claimRound's result). The kinds take turns, so that
-// neither waits behind the other's claim every round; but a kind that was
-// asked and claimed nothing while the other claimed goes last. Turns alone
-// put a backlog of one kind behind the other kind's empty claim every other
-// round, and behind two of them in a row (last in one round, first in the
-// next): 2-4 ms each on the claim's critical path of a drain (tuning log,
-// entry 14). A kind not asked (-1: no room in flight) keeps its turn, so a
-// backlog of one kind that fills every round cannot starve the other.
-func nextOrderedFirst(kinds []ClaimMode, got [2]int) bool {
-	switch {
-	case got[0] == 0 && got[1] > 0:
-		return kinds[1] == ClaimOrderedOnly
-	case got[1] == 0 && got[0] > 0:
-		return kinds[0] == ClaimOrderedOnly
-	default:
-		return kinds[0] != ClaimOrderedOnly // take turns
-	}
 }
 
 // concurrentClaimConns is the smallest pool (MaxConns) on which claimRound
@@ -503,6 +494,7 @@ func (d *Dispatcher) notified() {
 
 // wakeUp asks the claimer to claim now (NOTIFY, redrive).
 func (d *Dispatcher) wakeUp() {
+	d.wakes.Add(1)
 	select {
 	case d.wake <- struct{}{}:
 	default:
