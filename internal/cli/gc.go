@@ -17,13 +17,16 @@ import (
 // environment, run lets the heap grow by at least relayHeapHeadroom between
 // collections: GOGC follows the live heap, measured after every collection,
 // as headroom / live (at least 100, Go's default, which holds from a live
-// heap of relayHeapHeadroom up; at most relayGCPercentMax). The heap then
-// peaks near max(2 × live, live + relayHeapHeadroom). GOMEMLIMIT, when set,
-// still bounds it.
-const (
-	relayHeapHeadroom = 64 << 20
-	relayGCPercentMax = 3200
-)
+// heap of relayHeapHeadroom up). The heap then peaks near
+// max(2 × live, live + relayHeapHeadroom). GOMEMLIMIT, when set, still
+// bounds it.
+const relayHeapHeadroom = 64 << 20
+
+// gcHeapMinimum is the runtime's smallest live heap in its pacing: the
+// collector never aims below gcHeapMinimum × GOGC/100, so a live heap below
+// it counts as gcHeapMinimum (before the first collection the live heap is
+// 0: GOGC 6,400 would let the heap reach 256 MiB before the first one).
+const gcHeapMinimum = 4 << 20
 
 var relayGC struct {
 	mu       sync.Mutex
@@ -65,10 +68,7 @@ func tuneRelayGC(getenv func(string) string) (stop func()) {
 // relayGCPercent is the GOGC that lets a heap of live bytes grow by
 // relayHeapHeadroom before the next collection.
 func relayGCPercent(live uint64) int {
-	if live == 0 {
-		return relayGCPercentMax
-	}
-	return int(min(max(relayHeapHeadroom*100/live, 100), relayGCPercentMax))
+	return int(max(relayHeapHeadroom*100/max(live, gcHeapMinimum), 100))
 }
 
 // gcSentinel is garbage from birth: its finalizer runs after the collection

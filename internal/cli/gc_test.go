@@ -12,12 +12,12 @@ func TestRelayGCPercent_FollowsTheLiveHeap(t *testing.T) {
 		live uint64
 		want int
 	}{
-		{0, relayGCPercentMax},
-		{1 << 20, relayGCPercentMax}, // 6,400 capped
-		{4 << 20, 1600},              // 4 MiB live: 64 MiB of headroom
-		{32 << 20, 200},              //
-		{64 << 20, 100},              // Go's default from here up
-		{1 << 30, 100},               // never below it
+		{0, 1600},       // before the first collection: the runtime's 4 MiB minimum
+		{1 << 20, 1600}, // below that minimum, the same
+		{4 << 20, 1600}, // 4 MiB live: 64 MiB of headroom
+		{32 << 20, 200},
+		{64 << 20, 100}, // Go's default from here up
+		{1 << 30, 100},  // never below it
 	} {
 		if got := relayGCPercent(tc.live); got != tc.want {
 			t.Errorf("relayGCPercent(%d MiB) = %d, want %d", tc.live>>20, got, tc.want)
@@ -49,7 +49,7 @@ func TestTuneRelayGC_SetsAndRestoresGOGC(t *testing.T) {
 	debug.SetGCPercent(got)
 	// The test binary's live heap is a few MiB: GOGC well above Go's 100
 	// (another package's collection may have moved it since, within range).
-	if live := liveHeap(); got < 100 || got > relayGCPercentMax || (live < 16<<20 && got < 400) {
+	if live := liveHeap(); got < 100 || got > relayGCPercent(0) || (live < 16<<20 && got < 400) {
 		t.Fatalf("GOGC while relays run = %d, want relayGCPercent of the live heap (%d bytes: %d)", got, live, relayGCPercent(live))
 	}
 	stopA()

@@ -162,6 +162,21 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
+// procHWM is a process's peak resident set (VmHWM in /proc/<pid>/status),
+// or "?".
+func procHWM(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			return strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return "?"
+}
+
 // stop sends SIGINT (graceful shutdown) and waits.
 func (p *relayProc) stop() error {
 	_ = p.cmd.Process.Signal(os.Interrupt)
@@ -268,12 +283,14 @@ func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int)
 		time.Sleep(relayPoll)
 	}
 	var cpu time.Duration
+	var hwm []string
 	for _, p := range procs {
 		c, err := p.cpu()
 		if err != nil {
 			return 0, 0, 0, err
 		}
 		cpu += c
+		hwm = append(hwm, procHWM(p.cmd.Process.Pid))
 	}
 	var errs []error
 	for _, p := range procs {
@@ -288,7 +305,8 @@ func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int)
 		return 0, 0, 0, err
 	}
 	elapsed := end.Sub(start)
-	logf("  %d relay(s): %d scrapes of /metrics; relay CPU %s (%s per message)", k, scrapes, cpu.Round(10*time.Millisecond), perMessage(cpu, n))
+	logf("  %d relay(s): %d scrapes of /metrics; relay CPU %s (%s per message); peak RSS %s", k, scrapes, cpu.Round(10*time.Millisecond), perMessage(cpu, n),
+		strings.Join(hwm, ", "))
 	return float64(n) / elapsed.Seconds(), elapsed, cpu / time.Duration(n), nil
 }
 
