@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -19,8 +22,34 @@ import (
 // as headroom / live (at least 100, Go's default, which holds from a live
 // heap of relayHeapHeadroom up). The heap then peaks near
 // max(2 × live, live + relayHeapHeadroom). GOMEMLIMIT, when set, still
-// bounds it.
+// bounds it. In a container with a memory limit (cgroup v2 memory.max, or
+// v1 memory.limit_in_bytes) the headroom is at most a quarter of the limit,
+// so a relay given 64 MiB keeps a heap that fits it.
 const relayHeapHeadroom = 64 << 20
+
+// cgroupMemoryFiles hold the process's memory limit, cgroup v2 first.
+var cgroupMemoryFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+
+// heapHeadroom is relayHeapHeadroom, or a quarter of the memory limit read
+// from the first of files that holds one, whichever is smaller.
+func heapHeadroom(files []string) uint64 {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "max" {
+			return relayHeapHeadroom
+		}
+		limit, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || limit >= 1<<60 { // cgroup v1 says "unlimited" with a huge number
+			return relayHeapHeadroom
+		}
+		return min(relayHeapHeadroom, limit/4)
+	}
+	return relayHeapHeadroom
+}
 
 // gcHeapMinimum is the runtime's smallest live heap in its pacing: the
 // collector never aims below gcHeapMinimum × GOGC/100, so a live heap below
@@ -30,9 +59,10 @@ const gcHeapMinimum = 4 << 20
 
 var relayGC struct {
 	mu       sync.Mutex
-	users    int  // relays running in this process
-	previous int  // GOGC before the first of them
-	armed    bool // a sentinel is waiting for the next collection
+	users    int    // relays running in this process
+	previous int    // GOGC before the first of them
+	armed    bool   // a sentinel is waiting for the next collection
+	headroom uint64 // heapHeadroom, read when the first relay starts
 }
 
 // tuneRelayGC starts following the live heap (unless GOGC is set) and returns
@@ -45,7 +75,8 @@ func tuneRelayGC(getenv func(string) string) (stop func()) {
 	relayGC.mu.Lock()
 	relayGC.users++
 	if relayGC.users == 1 {
-		relayGC.previous = debug.SetGCPercent(relayGCPercent(liveHeap()))
+		relayGC.headroom = heapHeadroom(cgroupMemoryFiles)
+		relayGC.previous = debug.SetGCPercent(relayGCPercent(liveHeap(), relayGC.headroom))
 		if !relayGC.armed {
 			relayGC.armed = true
 			armGCSentinel()
@@ -66,9 +97,9 @@ func tuneRelayGC(getenv func(string) string) (stop func()) {
 }
 
 // relayGCPercent is the GOGC that lets a heap of live bytes grow by
-// relayHeapHeadroom before the next collection.
-func relayGCPercent(live uint64) int {
-	return int(max(relayHeapHeadroom*100/max(live, gcHeapMinimum), 100))
+// headroom before the next collection.
+func relayGCPercent(live, headroom uint64) int {
+	return int(max(headroom*100/max(live, gcHeapMinimum), 100))
 }
 
 // gcSentinel is garbage from birth: its finalizer runs after the collection
@@ -84,7 +115,7 @@ func armGCSentinel() {
 			relayGC.armed = false // stopped: no new sentinel
 			return
 		}
-		debug.SetGCPercent(relayGCPercent(liveHeap()))
+		debug.SetGCPercent(relayGCPercent(liveHeap(), relayGC.headroom))
 		armGCSentinel()
 	})
 }
