@@ -400,9 +400,11 @@ func TestNotify_SkippedNotifyIsClaimedInsideTheWakeWindow(t *testing.T) {
 	if got != 1 {
 		t.Fatalf("%d notifications, want only the stand-in's (the commit must have skipped its own)", got)
 	}
-	if d.Stats().WakePolls == 0 {
-		t.Fatal("no claims inside a wake window were counted")
-	}
+	// Counted as the claimer goes idle inside the window: on a busy machine
+	// the round that found the commit can be the first after the
+	// notification, and the first idle wait comes a round or two after the
+	// publish.
+	waitFor(t, 30*time.Second, "claims inside a wake window counted", func() bool { return d.Stats().WakePolls > 0 })
 }
 
 // Shutdown hands back claimed-but-unstarted messages at once (fenced, attempt
