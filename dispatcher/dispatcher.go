@@ -442,11 +442,8 @@ func (d *Dispatcher) dbError(ctx context.Context, op string, err error, failures
 // dispatch hands a claimed job to the workers.
 func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
 	d.inFlight.Add(1)
-	d.hand(jobs, j)
+	jobs <- j
 }
-
-// hand gives the workers a job already counted in flight.
-func (d *Dispatcher) hand(jobs chan<- *job, j *job) { jobs <- j }
 
 // newJob builds the job of one claimed row. Every path that publishes (the
 // main pipeline, the recovery lane, the isolation path) builds its job here,
