@@ -42,6 +42,8 @@ type Dispatcher struct {
 	epoch       time.Time     // monotonic base of hotUntil
 	hotUntil    atomic.Int64  // end of the wake window, as time since epoch
 	wakes       atomic.Int64  // wakeUp calls (claimturn.go)
+	firstIdle   chan struct{} // closed when the claim loop first finds nothing to claim (stats.go)
+	idleOnce    sync.Once
 	stopping    atomic.Bool   // Run's context ended: start nothing new
 	window      windowState   // where the next unordered claim begins (window.go)
 	windowOrd   windowState   // where the next ordered claim begins
@@ -104,6 +106,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency),
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
+		firstIdle:   make(chan struct{}),
 		epoch:       time.Now(),
 	}
 	return d, nil
@@ -310,6 +313,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		if !inWindow {
 			d.metrics.idleWaits.Add(1)
 		}
+		d.idleOnce.Do(func() { close(d.firstIdle) })
 		if !poll.Stop() {
 			select {
 			case <-poll.C:

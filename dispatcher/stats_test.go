@@ -1,0 +1,61 @@
+package dispatcher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/dispatcher"
+)
+
+// The queue gauges read whole partial indexes. A relay that starts on a
+// backlog reads them once it has caught up (its first claim that found
+// nothing), not first thing in the middle of the drain; on an empty queue
+// that is at once.
+func TestQueueStats_FirstReadWaitsUntilTheBacklogIsClaimed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backlog int
+	}{
+		{"empty queue: read at once", 0},
+		{"backlog: read once it is claimed", 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			if tc.backlog > 0 {
+				b.enqueue(t, tc.backlog, "a", false)
+			}
+			release := make(chan struct{})
+			pub := newRecorder(func(ctx context.Context, _ dispatcher.Message) error {
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+			// StatsInterval far beyond the test: only the first read can
+			// happen here. Batch 5, one worker: the in-flight limit (10)
+			// holds the claimer while the publisher is held, with 20 of
+			// the backlog still pending.
+			cfg := fast(dispatcher.Config{Concurrency: 1, Batch: 5, BatchMin: 5, StatsInterval: time.Hour, DisableListen: true})
+			d, _ := b.start(t, pub, cfg)
+			if tc.backlog == 0 {
+				waitFor(t, 10*time.Second, "the first read of the queue gauges", func() bool { return !d.Stats().Queue.At.IsZero() })
+				close(release)
+				return
+			}
+			waitFor(t, 10*time.Second, "the claimer at its in-flight limit", func() bool { return d.Stats().Claimed >= 10 })
+			time.Sleep(300 * time.Millisecond)
+			if at := d.Stats().Queue.At; !at.IsZero() {
+				t.Fatalf("the queue gauges were read at %s, with %d of the backlog still pending", at.Format(time.RFC3339Nano),
+					b.count(t, "status = 'pending'"))
+			}
+			close(release)
+			waitFor(t, 10*time.Second, "the first read of the queue gauges", func() bool { return !d.Stats().Queue.At.IsZero() })
+			if q := d.Stats().Queue; q.ByStatus["pending"] != 0 {
+				t.Fatalf("first read found %d pending, want 0 (read before the backlog was claimed)", q.ByStatus["pending"])
+			}
+		})
+	}
+}
