@@ -244,6 +244,7 @@ type job struct {
 	msg          Message
 	span         trace.Span // the publish span, until its outcome is known (trace.go)
 	outcome      string     // the publish span's outcome, set by the fenced write of a failure
+	pctx         publishCtx // the publish's context when a worker clock times it (publishclock.go)
 }
 
 // claimLoop claims while there is room in flight, until ctx ends. It

@@ -59,6 +59,13 @@ func IDString(id int64) string { return strconv.FormatInt(id, 10) }
 // several goroutines, and may be called again for a message that was already
 // delivered (a lease takeover or a crash before finalize): the receiver must
 // deduplicate on Message.Source + Message.ID (cloudevents.IdempotencyKey).
+//
+// ctx ends at the publish's deadline, Config.PublishTimeout after it
+// started (ctx.Deadline says when), with ctx.Err() and context.Cause(ctx)
+// context.DeadlineExceeded, or at shutdown with context.Canceled. Do not
+// keep ctx after Publish returns. A publish that returns an error after
+// its deadline (ctx.Err(), or the error of a context derived from ctx)
+// counts as timed out and is retried.
 type Publisher interface {
 	Publish(ctx context.Context, msg Message) error
 }

@@ -76,7 +76,7 @@ var outcomeNames = [numOutcomes]string{"published", "retried", "deferred", "dead
 type metrics struct {
 	outcomes                                                                                                      [numOutcomes]atomic.Int64
 	outcomeAttrs                                                                                                  [numOutcomes]metric.AddOption
-	publishAttrs                                                                                                  [2]metric.RecordOption // ok=false, ok=true (built once: no allocation per publish)
+	publishAttrs                                                                                                  [2][]metric.RecordOption // ok=false, ok=true (built once, slices included: a variadic argument built per call escapes, one allocation per publish)
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable, requeued atomic.Int64
 	idleWaits, listens                                                                                            atomic.Int64
 
@@ -107,7 +107,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		m.outcomeAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", name)))
 	}
 	for i, ok := range []bool{false, true} {
-		m.publishAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.Bool("ok", ok)))
+		m.publishAttrs[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.Bool("ok", ok)))}
 	}
 	meter := mp.Meter(meterName)
 	var err error
@@ -198,7 +198,7 @@ func (m *metrics) publishDuration(ctx context.Context, d time.Duration, ok bool)
 	if ok {
 		i = 1
 	}
-	m.publishHist.Record(ctx, d.Seconds(), m.publishAttrs[i])
+	m.publishHist.Record(ctx, d.Seconds(), m.publishAttrs[i]...)
 }
 
 func (m *metrics) delivered(ctx context.Context, sinceCreated time.Duration) {

@@ -19,14 +19,22 @@ var errPanic = errors.New("publisher panicked")
 
 // work publishes jobs until the channel closes.
 func (d *Dispatcher) work(hardCtx context.Context, jobs <-chan *job, fin doneSink, rel *releaser) {
+	clock := newPublishClock(hardCtx, d.cfg.PublishTimeout)
+	defer clock.close()
 	for j := range jobs {
-		d.runJob(hardCtx, j, fin, rel)
+		d.runJobTimed(hardCtx, j, fin, rel, clock)
 	}
 }
 
 // runJob publishes one claimed job, or hands it back when it must not start
 // (shutdown, or too close to the end of its lease).
 func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *releaser) {
+	d.runJobTimed(hardCtx, j, fin, rel, nil)
+}
+
+// runJobTimed is runJob for a worker that times its publishes with clock
+// (nil: each publish gets a context of its own).
+func (d *Dispatcher) runJobTimed(hardCtx context.Context, j *job, fin doneSink, rel *releaser, clock *publishClock) {
 	// Counted when the worker is done with the job, not when its finalize
 	// lands: the adaptive claim size measures the publishing rate, which
 	// batched finalizes would otherwise deliver in bursts.
@@ -46,28 +54,41 @@ func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *
 		rel.add(j)
 		return
 	}
-	d.publish(hardCtx, j, fin, rel)
+	d.publish(hardCtx, j, fin, rel, clock)
 }
 
-func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel *releaser) {
+func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel *releaser, clock *publishClock) {
 	// The publish span (trace.go) ends when the outcome is known: after
 	// the fenced write of a failure, or after the batched finalize. sctx is
 	// hardCtx with the span; the publish runs in it.
 	sctx := d.tracing.startPublish(hardCtx, j)
-	pctx, cancel := context.WithTimeoutCause(sctx, d.cfg.PublishTimeout, context.DeadlineExceeded)
-	defer cancel()
-	var leaseLost func() bool = func() bool { return false }
-	if d.cfg.HeartbeatInterval > 0 {
-		pctx2, cancel2 := context.WithCancelCause(pctx)
-		defer cancel2(nil)
-		pctx = pctx2
-		stop, lost := d.heartbeat(hardCtx, j, cancel2)
-		defer stop()
-		leaseLost = lost
+	start := time.Now()
+	var (
+		pctx      context.Context
+		timed     *publishClock // the clock to stop when the publish returns
+		leaseLost = func() bool { return false }
+	)
+	if clock != nil && sctx == hardCtx && d.cfg.HeartbeatInterval == 0 {
+		// No span, no heartbeat: the worker's clock (publishclock.go).
+		pctx, timed = clock.start(start, &j.pctx), clock
+	} else {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeoutCause(sctx, d.cfg.PublishTimeout, context.DeadlineExceeded)
+		defer cancel()
+		if d.cfg.HeartbeatInterval > 0 {
+			pctx2, cancel2 := context.WithCancelCause(pctx)
+			defer cancel2(nil)
+			pctx = pctx2
+			stop, lost := d.heartbeat(hardCtx, j, cancel2)
+			defer stop()
+			leaseLost = lost
+		}
 	}
 
-	start := time.Now()
 	err := d.safePublish(pctx, j.msg)
+	if timed != nil {
+		timed.stop()
+	}
 	elapsed := time.Since(start)
 	d.metrics.publishDuration(hardCtx, elapsed, err == nil)
 
@@ -109,7 +130,11 @@ func (d *Dispatcher) fail(ctx context.Context, j *job, err error, pctx context.C
 		retr *RetryableError
 		perm *PermanentError
 	)
-	timedOut := errors.Is(err, context.DeadlineExceeded) && context.Cause(pctx) == context.DeadlineExceeded
+	// Timed out: the publish's own deadline passed (its context's cause),
+	// and the error is that context's end. A context the publisher derived
+	// from a worker clock's ends with context.Canceled (publishclock.go).
+	timedOut := context.Cause(pctx) == context.DeadlineExceeded &&
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))
 	errType := publishErrorType(err, timedOut)
 	defer func() { j.endPublish(cmp.Or(j.outcome, spanWriteFailed), errType, err) }()
 	switch {
