@@ -37,8 +37,11 @@ func TestQueueStats_FirstReadWaitsUntilTheBacklogIsClaimed(t *testing.T) {
 			// StatsInterval far beyond the test: only the first read can
 			// happen here. Batch 5, one worker: the in-flight limit (10)
 			// holds the claimer while the publisher is held, with 20 of
-			// the backlog still pending.
-			cfg := fast(dispatcher.Config{Concurrency: 1, Batch: 5, BatchMin: 5, StatsInterval: time.Hour, DisableListen: true})
+			// the backlog still pending. A lease long enough that no held
+			// publish times out (a retry in its backoff would be pending
+			// at the first idle round on a loaded machine).
+			cfg := fast(dispatcher.Config{Concurrency: 1, Batch: 5, BatchMin: 5, StatsInterval: time.Hour, DisableListen: true,
+				Lease: time.Minute})
 			d, _ := b.start(t, pub, cfg)
 			if tc.backlog == 0 {
 				waitFor(t, 10*time.Second, "the first read of the queue gauges", func() bool { return !d.Stats().Queue.At.IsZero() })
