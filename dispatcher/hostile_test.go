@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 )
 
@@ -235,7 +236,7 @@ func TestShutdown_HandsBackUnstartedMessagesAfterTheShutdownTimeout(t *testing.T
 		<-ctx.Done() // a long publish that respects its context
 		return ctx.Err()
 	})
-	d, err := dispatcher.New(b.pool, pub, fast(dispatcher.Config{Concurrency: 1, Batch: 5, Lease: time.Minute,
+	d, err := dispatcher.New(pgtest.Pool(t, b.url), pub, fast(dispatcher.Config{Concurrency: 1, Batch: 5, Lease: time.Minute,
 		PublishTimeout: 30 * time.Second, ShutdownTimeout: 100 * time.Millisecond, Logger: quietLogger(t)}))
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +276,7 @@ func TestShutdown_HandsBackQueuedMessagesWhenEveryWorkerIsStuck(t *testing.T) {
 		<-stuck
 		return nil
 	})
-	d, err := dispatcher.New(b.pool, pub, fast(dispatcher.Config{Concurrency: 1, Batch: 5, Lease: time.Minute,
+	d, err := dispatcher.New(pgtest.Pool(t, b.url), pub, fast(dispatcher.Config{Concurrency: 1, Batch: 5, Lease: time.Minute,
 		PublishTimeout: 30 * time.Second, ShutdownTimeout: 100 * time.Millisecond, Logger: quietLogger(t)}))
 	if err != nil {
 		t.Fatal(err)

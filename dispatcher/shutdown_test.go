@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
 // A publisher that ignores its context cannot hold Run forever: after the
@@ -23,7 +24,7 @@ func TestShutdown_ReturnsEvenIfAPublisherIgnoresItsContext(t *testing.T) {
 		<-stuck // ignores ctx
 		return nil
 	})
-	d, err := dispatcher.New(b.pool, pub, fast(dispatcher.Config{ShutdownTimeout: 200 * time.Millisecond, Logger: quietLogger(t)}))
+	d, err := dispatcher.New(pgtest.Pool(t, b.url), pub, fast(dispatcher.Config{ShutdownTimeout: 200 * time.Millisecond, Logger: quietLogger(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}

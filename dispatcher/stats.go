@@ -31,9 +31,8 @@ func (d *Dispatcher) refreshStats(ctx context.Context) {
 	case <-d.firstIdle:
 	case <-t.C:
 	case <-ctx.Done():
-		return
 	}
-	for {
+	for ctx.Err() == nil {
 		start := time.Now()
 		q, err := ReadQueueStats(ctx, d.q)
 		// The gauges read whole partial indexes: paced like the sweeps
