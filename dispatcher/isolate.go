@@ -223,7 +223,7 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 			d.metrics.recovered.Add(1)
 			pass.add()
 			d.inFlight.Add(1)
-			d.runJob(hardCtx, j, sink, rel)
+			d.runJob(hardCtx, j, sink, rel, nil)
 		}
 	}
 	return nil

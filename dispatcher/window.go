@@ -344,7 +344,7 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 				continue
 			}
 			d.inFlight.Add(1)
-			d.runJob(hardCtx, j, sink, rel)
+			d.runJob(hardCtx, j, sink, rel, nil)
 		}
 		if len(rows) < sweepRows {
 			w.swept(cur)

@@ -22,19 +22,14 @@ func (d *Dispatcher) work(hardCtx context.Context, jobs <-chan *job, fin doneSin
 	clock := newPublishClock(hardCtx, d.cfg.PublishTimeout)
 	defer clock.close()
 	for j := range jobs {
-		d.runJobTimed(hardCtx, j, fin, rel, clock)
+		d.runJob(hardCtx, j, fin, rel, clock)
 	}
 }
 
 // runJob publishes one claimed job, or hands it back when it must not start
-// (shutdown, or too close to the end of its lease).
-func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *releaser) {
-	d.runJobTimed(hardCtx, j, fin, rel, nil)
-}
-
-// runJobTimed is runJob for a worker that times its publishes with clock
-// (nil: each publish gets a context of its own).
-func (d *Dispatcher) runJobTimed(hardCtx context.Context, j *job, fin doneSink, rel *releaser, clock *publishClock) {
+// (shutdown, or too close to the end of its lease). clock times the publish
+// (a worker's, publishclock.go); nil gives the publish a context of its own.
+func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *releaser, clock *publishClock) {
 	// Counted when the worker is done with the job, not when its finalize
 	// lands: the adaptive claim size measures the publishing rate, which
 	// batched finalizes would otherwise deliver in bursts.
@@ -65,12 +60,12 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 	start := time.Now()
 	var (
 		pctx      context.Context
-		timed     *publishClock // the clock to stop when the publish returns
 		leaseLost = func() bool { return false }
 	)
-	if clock != nil && sctx == hardCtx && d.cfg.HeartbeatInterval == 0 {
-		// No span, no heartbeat: the worker's clock (publishclock.go).
-		pctx, timed = clock.start(start, &j.pctx), clock
+	// No span, no heartbeat: the worker's clock times the publish.
+	timed := clock != nil && sctx == hardCtx && d.cfg.HeartbeatInterval == 0
+	if timed {
+		pctx = clock.start(start, &j.pctx)
 	} else {
 		var cancel context.CancelFunc
 		pctx, cancel = context.WithTimeoutCause(sctx, d.cfg.PublishTimeout, context.DeadlineExceeded)
@@ -86,8 +81,8 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 	}
 
 	err := d.safePublish(pctx, j.msg)
-	if timed != nil {
-		timed.stop()
+	if timed {
+		clock.stop()
 	}
 	elapsed := time.Since(start)
 	d.metrics.publishDuration(hardCtx, elapsed, err == nil)

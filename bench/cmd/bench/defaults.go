@@ -236,9 +236,10 @@ func (p *relayProc) published() (int64, error) {
 // now()), which is up to one flush (milliseconds, of a drain of seconds)
 // earlier than the in-process rows' end (their Stats().Published after the
 // flush returned). The relays' /metrics are read only to know when they are
-// done, one relay every relayPoll: one scrape costs the relay about 1.2 ms of CPU (the
-// OpenTelemetry SDK collects every instrument and the Prometheus exporter
-// encodes them as text), so the former scrape every 2 ms, to catch the end
+// done, one relay every relayPoll: one scrape costs the relay about 1.2 ms
+// of CPU (the OpenTelemetry SDK collects every instrument and the
+// Prometheus exporter encodes them as text), so the former scrape every
+// 2 ms, to catch the end
 // by the published counter, took a third to a half of the relay's CPU on
 // two cores and halved its drain rate (BENCHMARKS.md, tuning log 11).
 func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int) (float64, time.Duration, time.Duration, error) {
@@ -320,7 +321,8 @@ func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int)
 	return float64(n) / elapsed.Seconds(), elapsed, cpu / time.Duration(n), nil
 }
 
-// relayPoll is how often drainRelays reads the relays' published counters.
+// relayPoll is how often drainRelays reads a relay's published counter (one
+// relay a poll, in turn).
 const relayPoll = 200 * time.Millisecond
 
 func perMessage(cpu time.Duration, n int) string {
