@@ -11,13 +11,14 @@ import (
 //
 // context.WithTimeoutCause per publish cost about an eighth of the
 // dispatcher's CPU in a drain (the profile of BENCHMARKS.md's tuning log,
-// entry 14; the change and its figures: entry 15): three to four allocations, a new runtime timer, and an insert into
-// and a delete from the children of the worker's parent context, whose
-// mutex every worker takes. Instead each worker keeps one cancellable
-// context (a generation) and one timer, armed for the length of each
-// publish. A publish that overruns fires it: the generation is cancelled
-// with cause context.DeadlineExceeded, and the worker's next publish starts
-// a new generation.
+// entry 14; the change and its figures: entry 15): three to four
+// allocations, a new runtime timer, and an insert into and a delete from
+// the children of the worker's parent context, whose mutex every worker
+// takes. Instead each worker keeps one cancellable context (a generation)
+// and one timer, armed for the length of each publish. A publish that
+// overruns fires it: the generation is cancelled with cause
+// context.DeadlineExceeded, and the worker's next publish starts a new
+// generation.
 //
 // What the publisher sees is what context.WithTimeoutCause gave it:
 // Deadline is the start of the publish plus PublishTimeout, Done closes at

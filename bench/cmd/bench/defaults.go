@@ -239,9 +239,9 @@ func (p *relayProc) published() (int64, error) {
 // done, one relay every relayPoll: one scrape costs the relay about 1.2 ms
 // of CPU (the OpenTelemetry SDK collects every instrument and the
 // Prometheus exporter encodes them as text), so the former scrape every
-// 2 ms, to catch the end
-// by the published counter, took a third to a half of the relay's CPU on
-// two cores and halved its drain rate (BENCHMARKS.md, tuning log 11).
+// 2 ms, to catch the end by the published counter, took a third to a half
+// of the relay's CPU on two cores and halved its drain rate (BENCHMARKS.md,
+// tuning log 11).
 func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int) (float64, time.Duration, time.Duration, error) {
 	if _, err := relayBin.get(); err != nil { // build before the clock starts
 		return 0, 0, 0, err
