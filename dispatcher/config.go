@@ -306,9 +306,10 @@ type Config struct {
 	// expired leases) are refreshed from the monitoring queries; 0 keeps the
 	// default, negative disables them. A refresh that took d waits at least
 	// 49×d before the next (the queries read whole partial indexes). The
-	// first refresh runs when the dispatcher first finds nothing to claim,
-	// or after StatsInterval, whichever comes first: not in the middle of a
-	// backlog found at start-up. Defaults to 15s.
+	// first refresh runs a second after the dispatcher first finds nothing
+	// to claim, or after StatsInterval, whichever comes first: not in the
+	// middle of a backlog found at start-up, nor while the other relays of
+	// a fleet finish theirs. Defaults to 15s.
 	StatsInterval time.Duration
 
 	// Logger receives structured logs. Defaults to slog.Default().

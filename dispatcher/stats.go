@@ -12,23 +12,46 @@ import (
 // undelivered before the aggregate counts as blocked in the gauges.
 const StalledAfterDefault = 5 * time.Minute
 
+// firstStatsSettle is how long the first read of the queue gauges waits
+// after the claim loop first finds nothing to claim (refreshStats).
+const firstStatsSettle = time.Second
+
 // refreshStats reads the monitoring queries every StatsInterval into the
 // observable gauges (the OpenTelemetry callbacks only read the cached copy,
 // so a metrics scrape never waits on the database).
 //
 // The first read waits until the claim loop first finds nothing to claim,
-// or StatsInterval, whichever comes first; until then the gauges report
-// nothing. On an empty queue that is at once. On a backlog the gauges read
+// and then firstStatsSettle more, or StatsInterval, whichever comes first;
+// until then the gauges report nothing. On an empty queue that is
+// firstStatsSettle after the start.
+//
+// Not in the middle of a backlog found at start-up: there the gauges read
 // every pending index entry (OutboxOldestPendingAge reads every pending row
 // for its created_at: 29.7 ms with 100,000 pending, OutboxQueueDepth about
 // 9 ms), and each relay of a fleet starting on the backlog used to pay it
-// first thing, in the middle of the drain: four relays about 160 ms of
-// server time in a drain of about 1.8 s on two cores.
+// first thing: four relays about 160 ms of server time in a drain of about
+// 1.8 s on two cores (tuning log, entry 15).
+//
+// Nor at once when the claim loop first finds nothing: a relay of a fleet
+// finds nothing to claim while the other relays still publish and finalize
+// up to two claims each, and the gauges cost the most at that moment: they
+// step over the index entries of every row the drain claimed, which the
+// fleet's snapshots keep from being removed. Four relays draining 100,000
+// events on two cores (tuning log, entry 17): their four first reads took
+// 0.6-0.9 s of server time, 62-116 ms a query against 25-38 ms for one
+// relay's, in a drain of about 3 s.
 func (d *Dispatcher) refreshStats(ctx context.Context) {
 	t := time.NewTimer(d.cfg.StatsInterval)
 	defer t.Stop()
 	select {
 	case <-d.firstIdle:
+		settle := time.NewTimer(firstStatsSettle)
+		select {
+		case <-settle.C:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		settle.Stop()
 	case <-t.C:
 	case <-ctx.Done():
 	}

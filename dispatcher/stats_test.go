@@ -17,8 +17,8 @@ func TestQueueStats_FirstReadWaitsUntilTheBacklogIsClaimed(t *testing.T) {
 		name    string
 		backlog int
 	}{
-		{"empty queue: read at once", 0},
-		{"backlog: read once it is claimed", 30},
+		{"empty queue: read a second after the start", 0},
+		{"backlog: read a second after it is claimed", 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
@@ -43,7 +43,19 @@ func TestQueueStats_FirstReadWaitsUntilTheBacklogIsClaimed(t *testing.T) {
 			cfg := fast(dispatcher.Config{Concurrency: 1, Batch: 5, BatchMin: 5, StatsInterval: time.Hour, DisableListen: true,
 				Lease: time.Minute})
 			d, _ := b.start(t, pub, cfg)
+			// The claim loop finds nothing to claim within milliseconds of
+			// the start (empty queue) or of the release (backlog); the
+			// first read waits a second more, so that a relay of a fleet
+			// does not read while the others finalize their last claims.
+			notYet := func(what string) {
+				t.Helper()
+				time.Sleep(300 * time.Millisecond)
+				if at := d.Stats().Queue.At; !at.IsZero() {
+					t.Fatalf("the queue gauges were read at %s, %s", at.Format(time.RFC3339Nano), what)
+				}
+			}
 			if tc.backlog == 0 {
+				notYet("less than a second after the start on an empty queue")
 				waitFor(t, 10*time.Second, "the first read of the queue gauges", func() bool { return !d.Stats().Queue.At.IsZero() })
 				close(release)
 				return
@@ -55,6 +67,7 @@ func TestQueueStats_FirstReadWaitsUntilTheBacklogIsClaimed(t *testing.T) {
 					b.count(t, "status = 'pending'"))
 			}
 			close(release)
+			notYet("less than a second after the backlog was claimed")
 			waitFor(t, 10*time.Second, "the first read of the queue gauges", func() bool { return !d.Stats().Queue.At.IsZero() })
 			if q := d.Stats().Queue; q.ByStatus["pending"] != 0 {
 				t.Fatalf("first read found %d pending, want 0 (read before the backlog was claimed)", q.ByStatus["pending"])
