@@ -140,7 +140,7 @@ func (q *Queries) OutboxMarkDone(ctx context.Context, arg OutboxMarkDoneParams) 
 	return result.RowsAffected(), nil
 }
 
-const outboxMarkDoneMany = `-- name: OutboxMarkDoneMany :many
+const outboxMarkDoneMany = `-- name: OutboxMarkDoneMany :one
 WITH handoff_locks AS (
     -- The head hand-off (migration 00005) locks each ordered row's
     -- aggregate; taken here first, all at once and in key order (the order
@@ -154,32 +154,36 @@ WITH handoff_locks AS (
               FROM outbox AS l
              WHERE l.id = ANY ($1::bigint[])
                AND l.ordered
-               AND NOT $4::boolean
+               AND NOT $2::boolean
              ORDER BY 1) AS k
+),
+done AS (
+    UPDATE outbox AS o
+       SET status      = 'done',
+           done_at     = now(),
+           last_error  = NULL,
+           lease_owner = NULL,
+           lease_until = NULL
+      FROM (SELECT unnest($1::bigint[])            AS id,
+                   unnest($3::bigint[]) AS lease_version,
+                   unnest($4::text[])     AS lease_owner,
+                   'processing'::text                AS status) AS f
+     WHERE o.id = f.id
+       AND o.status = f.status
+       AND o.lease_version = f.lease_version
+       AND o.lease_owner = f.lease_owner
+       AND (SELECT n FROM handoff_locks) >= 0
+    RETURNING o.id
 )
-UPDATE outbox AS o
-   SET status      = 'done',
-       done_at     = now(),
-       last_error  = NULL,
-       lease_owner = NULL,
-       lease_until = NULL
-  FROM (SELECT unnest($1::bigint[])            AS id,
-               unnest($2::bigint[]) AS lease_version,
-               unnest($3::text[])     AS lease_owner,
-               'processing'::text                AS status) AS f
- WHERE o.id = f.id
-   AND o.status = f.status
-   AND o.lease_version = f.lease_version
-   AND o.lease_owner = f.lease_owner
-   AND (SELECT n FROM handoff_locks) >= 0
-RETURNING o.id
+SELECT coalesce(array_agg(done.id), '{}')::bigint[] AS ids
+  FROM done
 `
 
 type OutboxMarkDoneManyParams struct {
 	Ids           []int64  `json:"ids"`
+	UnorderedOnly bool     `json:"unordered_only"`
 	LeaseVersions []int64  `json:"lease_versions"`
 	LeaseOwners   []string `json:"lease_owners"`
-	UnorderedOnly bool     `json:"unordered_only"`
 }
 
 // OutboxMarkDoneMany finalizes a batch of successful publishes in one
@@ -192,30 +196,19 @@ type OutboxMarkDoneManyParams struct {
 // nearly always say "about 0 rows", and the cached generic plan then
 // compares every row in flight with every id of the batch (measured: 86 ms
 // instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
-// Returns the ids actually finalized; a missing id lost its lease.
+// Returns the ids actually finalized, as one array (one row to send and
+// decode instead of one per message: tuning log, entry 18); an id missing
+// from it lost its lease. Never NULL: empty when none was finalized.
 func (q *Queries) OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, outboxMarkDoneMany,
+	row := q.db.QueryRow(ctx, outboxMarkDoneMany,
 		arg.Ids,
+		arg.UnorderedOnly,
 		arg.LeaseVersions,
 		arg.LeaseOwners,
-		arg.UnorderedOnly,
 	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	var ids []int64
+	err := row.Scan(&ids)
+	return ids, err
 }
 
 const outboxReleaseMany = `-- name: OutboxReleaseMany :execrows

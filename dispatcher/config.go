@@ -121,7 +121,9 @@ type Config struct {
 
 	// Batch is the most messages one claim takes. The claim size adapts
 	// between BatchMin and Batch (see BatchMin); at most
-	// max(2 × size, size + Concurrency) messages are in flight at once.
+	// max(2 × size, size + Concurrency) messages not yet published are in
+	// flight at once, and one claim (size) more that is published and inside
+	// the finalize being written.
 	// Defaults to BatchDefault (2000).
 	Batch int
 

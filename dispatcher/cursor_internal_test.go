@@ -40,6 +40,34 @@ func TestClaimCursor_SameServer(t *testing.T) {
 	}
 }
 
+// A claim inside an open window reuses the snapshot that opened it; between
+// windows (and before the first) a claim reads a new one.
+func TestClaimCursor_OpenedWindow(t *testing.T) {
+	t.Parallel()
+	s1 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := s1.Add(time.Minute)
+	pre := db.OutboxClaimSnapshotRow{Snapshot: "150:150:", Xmax: 150, At: at, ServerStarted: s1}
+	if _, ok := (claimCursor{}).opened(); ok {
+		t.Fatal("the zero cursor has an open window")
+	}
+	open := claimCursor{lower: "100:100:", lowerXmax: 100, server: s1}.begin(pre)
+	got, ok := open.opened()
+	if !ok || got != pre {
+		t.Fatalf("opened() = %+v, %v; want the snapshot that opened the window, %+v", got, ok, pre)
+	}
+	rows := []windowRow{{txid: 120, id: 1, lane: "fresh"}, {txid: 121, id: 2, lane: "fresh"}}
+	if got, ok := open.advance(got, rows, 2).opened(); !ok || got != pre {
+		t.Errorf("after a full claim: opened() = %+v, %v; want the same window", got, ok)
+	}
+	closed := open.advance(got, rows, 3)
+	if _, ok := closed.opened(); ok {
+		t.Errorf("after a short claim the window is still open: %+v", closed)
+	}
+	if closed.lower != pre.Snapshot || !closed.dueAfter.Equal(at) {
+		t.Errorf("after a short claim: lower %q due after %v, want %q and %v", closed.lower, closed.dueAfter, pre.Snapshot, at)
+	}
+}
+
 // The recovery lane's expired-lease cursor: from the start on the first
 // pass, after a server change and once per sweep interval (or sweepDuty
 // times the last full pass, when that is longer); otherwise from the

@@ -35,6 +35,7 @@ type Dispatcher struct {
 
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
+	finalizing  atomic.Int64  // of inFlight: published, in the finalize statement being written (claimRoom)
 	worked      atomic.Int64  // jobs the workers finished with: published, failed or handed back (adaptive claim size)
 	claimSize   atomic.Int64  // current unordered claim size (Stats)
 	freed       chan struct{} // signals the claimer that slots were freed
@@ -103,7 +104,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		metrics:     m,
 		tokens:      newClaimTokens(cfg.Owner),
 		tracing:     tr,
-		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency),
+		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency) + cfg.Batch, // claimRoom: plus one claim being finalized
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
 		firstIdle:   make(chan struct{}),
@@ -264,7 +265,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 	defer poll.Stop()
 	for ctx.Err() == nil {
 		limit := sizes.limit()
-		free := limit - int(d.inFlight.Load())
+		free := d.claimRoom(limit, sizes.size())
 		if free < min(sizes.size(), limit/2) {
 			select {
 			case <-d.freed:
@@ -349,7 +350,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int, kinds []ClaimMode, jobs chan<- *job, rel *releaser, idle bool, skip func(ClaimMode) bool) ([2]int, error) {
 	if idle && d.cfg.Claim == ClaimAll && d.pool.Config().MaxConns >= concurrentClaimConns {
 		a, b := sizes.of(kinds[0]).size(), sizes.of(kinds[1]).size()
-		if a+b <= limit-int(d.inFlight.Load()) {
+		if a+b <= d.claimRoom(limit, max(a, b)) {
 			var (
 				gotB int
 				errB error
@@ -379,7 +380,7 @@ func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int
 		if skip(kind) {
 			continue // claimturn.go
 		}
-		n := min(sizes.of(kind).size(), limit-int(d.inFlight.Load()))
+		n := min(sizes.of(kind).size(), d.claimRoom(limit, sizes.of(kind).size()))
 		if n <= 0 {
 			break
 		}
@@ -444,6 +445,24 @@ func (d *Dispatcher) dbError(ctx context.Context, op string, err error, failures
 	return true
 }
 
+// claimRoom is how many messages the claimer may claim now under limit
+// (adaptiveBatch.limit: two claims of size). Messages already published
+// and inside the finalize statement being written count against it only
+// beyond one claim of size: without that the claimer waited for every
+// finalize, and the server, whose claim came back first, ran one statement
+// at a time for a quarter of each round (a statement trace of a drain; tuning
+// log, entry 18). So at most limit messages in flight are not yet published
+// (what a crash leaves waiting for a lease to expire before anyone publishes
+// them), and at most one claim more is published, waiting for its finalize
+// to commit (a crash re-delivers those: duplicates the consumer drops).
+//
+// inFlight is read before finalizing: a flush lowers finalizing before
+// inFlight, so a claimer reading between the two sees less room, not more.
+func (d *Dispatcher) claimRoom(limit, size int) int {
+	used := int(d.inFlight.Load())
+	return limit - used + min(int(d.finalizing.Load()), size)
+}
+
 // dispatch hands a claimed job to the workers.
 func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
 	d.inFlight.Add(1)
@@ -481,6 +500,11 @@ func (d *Dispatcher) newJob(id, leaseVersion int64, leaseOwner string, attempts 
 // release frees n in-flight slots and wakes the claimer.
 func (d *Dispatcher) release(n int) {
 	d.inFlight.Add(-int64(n))
+	d.signalFreed()
+}
+
+// signalFreed wakes the claimer if it waits for room (claimRoom).
+func (d *Dispatcher) signalFreed() {
 	select {
 	case d.freed <- struct{}{}:
 	default:

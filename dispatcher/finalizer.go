@@ -95,6 +95,9 @@ const orderedFinalizeChunk = 64
 // orderedFinalizeChunk first (their hand-offs make the next heads
 // claimable), then its unordered rows in one statement.
 func (f *finalizer) flush(ctx context.Context, batch []*job) {
+	// The claimer may claim again while this batch is written (claimRoom).
+	f.d.finalizing.Add(int64(len(batch)))
+	f.d.signalFreed()
 	var ordered, unordered []*job
 	for _, j := range batch {
 		if j.msg.Ordered {
@@ -119,7 +122,10 @@ func (f *finalizer) flushPart(ctx context.Context, batch []*job, unorderedOnly b
 	done, err := retryDBValue(withLinkedJobs(ctx, batch), d, "mark done", func(ctx context.Context) ([]int64, error) {
 		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: unorderedOnly})
 	})
-	defer d.release(len(batch))
+	defer func() {
+		d.finalizing.Add(-int64(len(batch))) // before inFlight: see claimRoom
+		d.release(len(batch))
+	}()
 	defer endFinalized(batch, err) // publish spans: done (lease lost ones ended already)
 	if err != nil {
 		return // logged by retryDBValue; leases expire and messages are re-delivered

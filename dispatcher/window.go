@@ -25,6 +25,7 @@ type claimCursor struct {
 	lowerXmax int64     // its xmax: where the fresh lane of the next window starts
 	upper     string    // the current window's upper snapshot; "" between windows
 	upperXmax int64     //
+	upperAt   time.Time // database time when upper was taken (the OutboxClaimSnapshot that opened the window)
 	afterTxid int64     // fresh-lane keyset: (txid, id) of the last fresh row claimed in this window
 	afterID   int64     //
 	dueAfter  time.Time // database time up to which due rows were handed out
@@ -66,10 +67,27 @@ func (c claimCursor) begin(pre db.OutboxClaimSnapshotRow) claimCursor {
 	}
 	c.server = pre.ServerStarted
 	if c.upper == "" {
-		c.upper, c.upperXmax = pre.Snapshot, pre.Xmax
+		c.upper, c.upperXmax, c.upperAt = pre.Snapshot, pre.Xmax, pre.At
 		c.afterTxid, c.afterID = c.lowerXmax, 0
 	}
 	return c
+}
+
+// opened returns, for a cursor whose window is open, the snapshot row that
+// opened it: a claim that continues the window (the previous one came back
+// full) needs no OutboxClaimSnapshot of its own. The window's upper bound is
+// fixed until a claim comes back short, and the row's time, earlier than a
+// new one would be, only makes the due mark of advance or abandon earlier,
+// the safe side. A server change in the middle of a window is noticed by the
+// snapshot that opens the next one (sameServer) and the cursor starts over
+// then: a continuing claim on the new server claims only committed rows, and
+// the rows it passes are read again from the first pending row. ok is false
+// between windows.
+func (c claimCursor) opened() (pre db.OutboxClaimSnapshotRow, ok bool) {
+	if c.upper == "" || c.server.IsZero() {
+		return pre, false
+	}
+	return db.OutboxClaimSnapshotRow{Snapshot: c.upper, Xmax: c.upperXmax, At: c.upperAt, ServerStarted: c.server}, true
 }
 
 // windowRow is what advance needs of a claimed row.
@@ -197,11 +215,17 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	defer cancel()
-	pre, err := d.q.OutboxClaimSnapshot(cctx)
-	if err != nil {
-		return 0, err
-	}
 	cur := w.get()
+	// Inside an open window (a backlog: the previous claim came back full)
+	// the claim reuses the snapshot that opened it: one round trip a claim
+	// instead of two (tuning log, entry 18).
+	pre, continuing := cur.opened()
+	if !continuing {
+		var err error
+		if pre, err = d.q.OutboxClaimSnapshot(cctx); err != nil {
+			return 0, err
+		}
+	}
 	if !cur.sameServer(pre) {
 		d.log.Warn("the database server changed (a restart or a failover): the claim cursor starts over from the first pending row",
 			slog.Bool("ordered", ordered), slog.Time("server_started", pre.ServerStarted), slog.Int64("xmax", pre.Xmax))
@@ -212,7 +236,10 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 		Snapshot: cur.lower, Upper: cur.upper, AfterTxid: cur.afterTxid, AfterID: cur.afterID, DueAfter: cur.dueAfter,
 		Owner: owner, Batch: int32(n), Lease: d.cfg.Lease,
 	}
-	var rows []db.OutboxClaimWindowRow
+	var (
+		rows []db.OutboxClaimWindowRow
+		err  error
+	)
 	if ordered {
 		var got []db.OutboxClaimOrderedWindowRow
 		got, err = d.q.OutboxClaimOrderedWindow(cctx, db.OutboxClaimOrderedWindowParams(params))

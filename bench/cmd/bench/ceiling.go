@@ -70,9 +70,10 @@ const (
 // pgbenchScript is one transaction of the SQL ceiling, each statement its own
 // autocommit transaction, fenced and durable like the dispatcher's.
 //
-// ceilingDispatcher: OutboxClaimSnapshot (its snapshot kept with \gset),
-// OutboxClaimWindow with it as the upper bound, and OutboxMarkDoneMany over
-// what the claim returned. The claim's rows go to pgbench whole (payload,
+// ceilingDispatcher: OutboxClaimWindow and OutboxMarkDoneMany over what the
+// claim returned. The claim's upper bound is one OutboxClaimSnapshot taken
+// when the round's rows are in (prepare; passed with -D), as a dispatcher's
+// claims inside one window reuse the snapshot that opened it. The claim's rows go to pgbench whole (payload,
 // headers and all, which pgbench reads and drops), as they go to a
 // dispatcher: their output conversion and their bytes on the wire are part
 // of every message's cost. pgbench keeps only one row of a result, so the
@@ -111,7 +112,6 @@ func pgbenchScript(batch int, kind string) string {
 		claimAgg := claim[:i] + "SELECT array_agg(c.id) AS ids, array_agg(c.lease_version) AS vers FROM claimed AS c"
 		return oneLine(claimAgg) + " \\gset\n" + oneLine(done(":ids::bigint[]", ":vers::bigint[]")) + ";\n"
 	}
-	snapshot := querySQL("OutboxClaimSnapshot")
 	claim := strings.NewReplacer(
 		"@snapshot::text", "'1:1:'::text",
 		"@upper::text", ":snapshot::text",
@@ -135,7 +135,7 @@ func pgbenchScript(batch int, kind string) string {
 	// list would run once per row, over two texts of some 20 kB each.)
 	claim = claim[:i-1] + ", " + keep + claim[i:j] + "FROM kept, claimed AS c WHERE kept.ids IS NOT NULL AND kept.vers IS NOT NULL" +
 		claim[j+len("FROM claimed AS c"):]
-	return oneLine(snapshot) + " \\gset\n" + oneLine(claim) + ";\n" +
+	return oneLine(claim) + ";\n" +
 		oneLine(done("current_setting('pgbench.ids')::bigint[]", "current_setting('pgbench.vers')::bigint[]")) + ";\n"
 }
 
@@ -144,6 +144,7 @@ type ceilingRunner struct {
 	pgbench, script string
 	kind            string
 	batch           int
+	snapshot, at    string // the window the round's claims share (prepare)
 }
 
 func newCeilingRunner(e *env, kind string) (*ceilingRunner, func(), error) {
@@ -171,7 +172,12 @@ func (c *ceilingRunner) prepare(ctx context.Context, e *env, rows int) error {
 	if err := resetOutbox(ctx, e.outbox); err != nil {
 		return err
 	}
-	return fillOutboxSQL(ctx, e.outbox, rows, "pending")
+	if err := fillOutboxSQL(ctx, e.outbox, rows, "pending"); err != nil {
+		return err
+	}
+	// The window of the round: every row is committed, as when a dispatcher
+	// opens its window on a backlog (OutboxClaimSnapshot).
+	return e.outbox.QueryRow(ctx, "SELECT pg_current_snapshot()::text, now()::text").Scan(&c.snapshot, &c.at)
 }
 
 // run drives the script with the given clients over the prepared rows and
@@ -185,9 +191,13 @@ func (c *ceilingRunner) run(ctx context.Context, e *env, clients, rows int) (flo
 	if c.kind == ceilingClaimOnly {
 		mode = "prepared" // as first measured
 	}
-	cmd := exec.CommandContext(ctx, c.pgbench, "-n", "-M", mode, "-c", strconv.Itoa(clients),
+	args := []string{"-n", "-M", mode, "-c", strconv.Itoa(clients),
 		"-j", strconv.Itoa(clients), "-t", strconv.Itoa(perClient), "-f", c.script,
-		"-h", host, "-p", port, "-U", user, dbname)
+		"-h", host, "-p", port, "-U", user}
+	if c.kind == ceilingDispatcher {
+		args = append(args, "-D", "snapshot="+c.snapshot, "-D", "at="+c.at)
+	}
+	cmd := exec.CommandContext(ctx, c.pgbench, append(args, dbname)...)
 	start, mc0 := time.Now(), readMachineCPU()
 	out, err := cmd.CombinedOutput()
 	elapsed, mc1 := time.Since(start), readMachineCPU()

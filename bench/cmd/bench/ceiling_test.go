@@ -10,7 +10,7 @@ import (
 // some, with a ";" in them) must go before the statement's end is found.
 func TestQuerySQL_WholeStatementWithoutComments(t *testing.T) {
 	for name, end := range map[string]string{
-		"OutboxMarkDoneMany": "RETURNING o.id",
+		"OutboxMarkDoneMany": "FROM done",
 		"OutboxClaim":        "FROM claimed AS c",
 		"OutboxClaimWindow":  "FROM claimed AS c",
 	} {

@@ -78,8 +78,9 @@ func main() {
 		o    options
 		only string
 		// child mode: drain the outbox in this process and report peak RSS.
-		child  = flag.String("child", "", "internal: run a child measurement (drain-rss)")
-		childN = flag.Int("n", 0, "internal: messages the child expects")
+		child         = flag.String("child", "", "internal: run a child measurement (drain-rss)")
+		childN        = flag.Int("n", 0, "internal: messages the child expects")
+		timelineLevel int
 	)
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
@@ -87,6 +88,7 @@ func main() {
 	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: defaults,soak,retention); default all but the opt-in ones")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
+	flag.IntVar(&timelineLevel, "timeline", 0, "development: with -try, print how much of each drain ran 0, 1, 2 or more statements at once and each statement's total time (2: every statement as well)")
 	flag.StringVar(&o.memprofile, "memprofile", "", "development: with -try, write an allocation profile (pprof allocs) at the end to this file")
 	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not write BENCHMARKS.md or charts")
 	flag.IntVar(&o.tryN, "try-n", 100_000, "development: the backlog -try drains")
@@ -105,6 +107,9 @@ func main() {
 	flag.IntVar(&o.soak.retentionN, "retention-n", retentionNDefault, "retention: rows drained at full speed while purging")
 	flag.StringVar(&o.soak.relay, "soak-relay", "default", "soak: the relay's configuration: default (the zero Config, as `pgoutbox run`) or drain (section 1's)")
 	flag.Parse()
+	if timelineLevel > 0 {
+		statementTimeline = newTimeline(timelineLevel)
+	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
 	if *child != "" {
@@ -393,6 +398,9 @@ func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	}
 	if maxConns > 0 { // 0: pgxpool's default, max(4, NumCPU)
 		cfg.MaxConns = maxConns
+	}
+	if statementTimeline != nil {
+		cfg.ConnConfig.Tracer = statementTimeline
 	}
 	return pgxpool.NewWithConfig(ctx, cfg)
 }

@@ -112,8 +112,10 @@ func runTry(ctx context.Context, e *env, specs string, times int) error {
 			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 			mc0 := readMachineCPU()
 			stop := e.startProfile()
+			statementTimeline.reset()
 			r, _, err := drainOutbox(ctx, e.outboxURL, s, e.o.tryN, nil)
 			stop()
+			statementTimeline.report()
 			mc1 := readMachineCPU()
 			if err != nil {
 				return err
