@@ -89,14 +89,32 @@ type relayProc struct {
 	done    chan error
 }
 
+// freePort is a loopback port nothing listens on, never one it returned
+// before: four relays started together once got the same port from the
+// kernel, and the second exited on it (address already in use) while its
+// /metrics, the first relay's, counted that relay's messages twice.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no loopback port that was not handed out before")
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // startRelay starts `pgoutbox run` with publisher and relayFlags' other flags.
 func startRelay(url, publisher string) (*relayProc, error) {
@@ -296,6 +314,12 @@ func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int)
 	var cpu time.Duration
 	var hwm []string
 	for _, p := range procs {
+		select {
+		case err := <-p.done:
+			p.done <- err // for the deferred stop
+			return 0, 0, 0, fmt.Errorf("a relay exited before the end of the drain: %v\n%s", err, p.stderr.String())
+		default:
+		}
 		c, err := p.cpu()
 		if err != nil {
 			return 0, 0, 0, err
