@@ -281,13 +281,8 @@ func TestShutdown_HandsBackQueuedMessagesWhenEveryWorkerIsStuck(t *testing.T) {
 		<-stuck
 		return nil
 	})
-	// ShutdownTimeout bounds both of Run's waits: the one that runs out
-	// (this publish never ends on its own) and then the one for the
-	// cancelled publish to return. At 100 ms the second ran out as well once
-	// in a full `make test` (-race, every package at once, 0.27 s for the
-	// test): the worker was abandoned with its message processing.
 	d, err := dispatcher.New(pgtest.Pool(t, b.url), pub, fast(dispatcher.Config{Concurrency: 1, Batch: 5, Lease: time.Minute,
-		PublishTimeout: 30 * time.Second, ShutdownTimeout: time.Second, Logger: quietLogger(t)}))
+		PublishTimeout: 30 * time.Second, ShutdownTimeout: 100 * time.Millisecond, Logger: quietLogger(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,9 +34,9 @@ const firstStatsSettle = time.Second
 //
 // Nor at once when the claim loop first finds nothing: a relay of a fleet
 // finds nothing to claim while the other relays still publish and finalize
-// up to two claims each, and the gauges cost the most at that moment: they
-// step over the index entries of every row the drain claimed, which the
-// fleet's snapshots keep from being removed. Four relays draining 100,000
+// up to three claims each (claimRoom), and the gauges cost the most at that
+// moment: they step over the index entries of every row the drain claimed,
+// which the fleet's snapshots keep from being removed. Four relays draining 100,000
 // events on two cores (tuning log, entry 17): their four first reads took
 // 0.6-0.9 s of server time, 62-116 ms a query against 25-38 ms for one
 // relay's, in a drain of about 3 s.

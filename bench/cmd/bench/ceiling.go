@@ -73,8 +73,8 @@ const (
 // ceilingDispatcher: OutboxClaimWindow and OutboxMarkDoneMany over what the
 // claim returned. The claim's upper bound is one OutboxClaimSnapshot taken
 // when the round's rows are in (prepare; passed with -D), as a dispatcher's
-// claims inside one window reuse the snapshot that opened it. The claim's rows go to pgbench whole (payload,
-// headers and all, which pgbench reads and drops), as they go to a
+// claims inside one window reuse the snapshot that opened it. The claim's
+// rows go to pgbench whole (payload, headers and all, which pgbench reads and drops), as they go to a
 // dispatcher: their output conversion and their bytes on the wire are part
 // of every message's cost. pgbench keeps only one row of a result, so the
 // claim also stores its ids and lease versions in two session settings

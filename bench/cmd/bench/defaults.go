@@ -90,9 +90,10 @@ type relayProc struct {
 }
 
 // freePort is a loopback port nothing listens on, never one it returned
-// before: four relays started together once got the same port from the
-// kernel, and the second exited on it (address already in use) while its
-// /metrics, the first relay's, counted that relay's messages twice.
+// before. A relay of four started together once exited during a drain (the
+// likely cause: the kernel handed the same free port out twice, and the
+// second relay's --metrics-addr was taken); a shared port would also have
+// made the other relay's /metrics count twice.
 func freePort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
