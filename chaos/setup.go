@@ -319,9 +319,12 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 	var seen int64
 	var errW error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		var w db.OutboxOrderedCommitWaitsRow
+		var w *db.OutboxOrderedCommitWaitsRow
 		w, errW = db.New(relay).OutboxOrderedCommitWaits(ctx)
-		if errW != nil || w.WaitingCommits > 0 {
+		if errW != nil {
+			break
+		}
+		if w.WaitingCommits > 0 {
 			seen = w.WaitingCommits
 			break
 		}

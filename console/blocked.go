@@ -8,7 +8,7 @@ import (
 )
 
 type blockedPage struct {
-	Rows         []db.OutboxConsoleBlockedRow
+	Rows         []*db.OutboxConsoleBlockedRow
 	StalledAfter time.Duration
 	Max          int
 }

@@ -9,7 +9,7 @@ import (
 
 type deadPage struct {
 	listPage
-	Rows   []db.OutboxConsoleDeadRow
+	Rows   []*db.OutboxConsoleDeadRow
 	Values map[string]string // the filter as hidden fields of the action form
 }
 
@@ -49,7 +49,7 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
 
 // deadRows reads one page of dead messages through outbox_dead, and returns
 // the window function that says where its scan ended.
-func (c *Console) deadRows(r *http.Request, f filter, minID, before int64) ([]db.OutboxConsoleDeadRow, func() (int64, int64, error), error) {
+func (c *Console) deadRows(r *http.Request, f filter, minID, before int64) ([]*db.OutboxConsoleDeadRow, func() (int64, int64, error), error) {
 	ctx := r.Context()
 	rows, err := c.q.OutboxConsoleDead(ctx, db.OutboxConsoleDeadParams{
 		BeforeID: before, MinID: minID, ScanRows: int32(c.cfg.ScanRows),
@@ -63,7 +63,7 @@ func (c *Console) deadRows(r *http.Request, f filter, minID, before int64) ([]db
 	return rows, window, err
 }
 
-func lastDeadID(rows []db.OutboxConsoleDeadRow) int64 {
+func lastDeadID(rows []*db.OutboxConsoleDeadRow) int64 {
 	if len(rows) == 0 {
 		return 0
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 type messagePage struct {
-	M         db.OutboxConsoleMessageRow
+	M         *db.OutboxConsoleMessageRow
 	Payload   string // pretty-printed JSON, rendered as text
 	Headers   string
 	Now       time.Time

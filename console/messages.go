@@ -20,7 +20,7 @@ type listPage struct {
 
 type messagesPage struct {
 	listPage
-	Rows []db.OutboxConsoleMessagesRow
+	Rows []*db.OutboxConsoleMessagesRow
 }
 
 func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
@@ -50,7 +50,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, d := range rows {
-			p.Rows = append(p.Rows, db.OutboxConsoleMessagesRow{ID: d.ID, AggregateType: d.AggregateType,
+			p.Rows = append(p.Rows, &db.OutboxConsoleMessagesRow{ID: d.ID, AggregateType: d.AggregateType,
 				AggregateID: d.AggregateID, EventType: d.EventType, Status: "dead", Attempts: d.Attempts,
 				CreatedAt: d.CreatedAt, Ordered: d.Ordered, LastError: d.LastError})
 		}

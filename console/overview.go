@@ -18,7 +18,7 @@ type overview struct {
 	DoneEstimate     int64 // -1: unknown (table never analyzed)
 	OldestAgeSeconds float64
 	ExpiredLeases    int64
-	LeaseOwners      []db.OutboxConsoleLeaseOwnersRow
+	LeaseOwners      []*db.OutboxConsoleLeaseOwnersRow
 	Blocked          count
 	StalledAfter     time.Duration
 	Throughput       chart
@@ -40,8 +40,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var (
 		o                                  = overview{StalledAfter: c.cfg.StalledAfter}
-		counts                             db.OutboxConsoleStatusCountsRow
-		minutes                            []db.OutboxConsoleDeliveredPerMinuteRow
+		counts                             *db.OutboxConsoleStatusCountsRow
+		minutes                            []*db.OutboxConsoleDeliveredPerMinuteRow
 		blocked                            int64
 		errNow, errCounts, errExp, errLeas error
 		errMin, errBlk                     error
@@ -87,7 +87,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 
 // charts turns the per-minute rows into the throughput chart (messages per
 // second) and the latency chart (p50 and p99, milliseconds).
-func (c *Console) charts(minutes []db.OutboxConsoleDeliveredPerMinuteRow, now time.Time) (tp, lat chart, delivered int64, estimated bool) {
+func (c *Console) charts(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, now time.Time) (tp, lat chart, delivered int64, estimated bool) {
 	var rate, p50, p99 []point
 	for _, m := range minutes {
 		span := time.Minute

@@ -46,7 +46,7 @@ type OutboxListDeadRow struct {
 // OutboxListDead lists dead messages keyset-paged by id (pass the last id of
 // the previous page as @after_id, 0 for the first), optionally filtered.
 // Index: outbox_dead.
-func (q *Queries) OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]OutboxListDeadRow, error) {
+func (q *Queries) OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]*OutboxListDeadRow, error) {
 	rows, err := q.db.Query(ctx, outboxListDead,
 		arg.AfterID,
 		arg.EventType,
@@ -58,7 +58,7 @@ func (q *Queries) OutboxListDead(ctx context.Context, arg OutboxListDeadParams) 
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxListDeadRow
+	var items []*OutboxListDeadRow
 	for rows.Next() {
 		var i OutboxListDeadRow
 		if err := rows.Scan(
@@ -73,7 +73,7 @@ func (q *Queries) OutboxListDead(ctx context.Context, arg OutboxListDeadParams) 
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

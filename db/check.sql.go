@@ -51,7 +51,7 @@ type OutboxCheckTableRow struct {
 // Lock strategy: none (catalog reads, no lock on the table).
 // Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 // 0 rows: never; one row always.
-func (q *Queries) OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (OutboxCheckTableRow, error) {
+func (q *Queries) OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (*OutboxCheckTableRow, error) {
 	row := q.db.QueryRow(ctx, outboxCheckTable, arg.TriggerName, arg.TableName, arg.Relation)
 	var i OutboxCheckTableRow
 	err := row.Scan(
@@ -61,5 +61,5 @@ func (q *Queries) OutboxCheckTable(ctx context.Context, arg OutboxCheckTablePara
 		&i.HasTrigger,
 		&i.Elsewhere,
 	)
-	return i, err
+	return &i, err
 }

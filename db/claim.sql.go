@@ -117,7 +117,7 @@ type OutboxClaimRow struct {
 // concurrent claim); not necessarily an empty queue.
 // An expired lease is claimed alone (ready is empty then), so every row
 // returned is recovered exactly when expired found one.
-func (q *Queries) OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]OutboxClaimRow, error) {
+func (q *Queries) OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]*OutboxClaimRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaim,
 		arg.MaxAttempts,
 		arg.RecoverExpired,
@@ -129,7 +129,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]Out
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxClaimRow
+	var items []*OutboxClaimRow
 	for rows.Next() {
 		var i OutboxClaimRow
 		if err := rows.Scan(
@@ -146,7 +146,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]Out
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -282,7 +282,7 @@ type OutboxClaimOrderedRow struct {
 // back in id order.
 // 0 rows: no aggregate has a claimable head right now; it may be blocked by a
 // dead head, or a head in flight or in backoff.
-func (q *Queries) OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]OutboxClaimOrderedRow, error) {
+func (q *Queries) OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]*OutboxClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimOrdered,
 		arg.MaxAttempts,
 		arg.RecoverExpired,
@@ -295,7 +295,7 @@ func (q *Queries) OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrdered
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxClaimOrderedRow
+	var items []*OutboxClaimOrderedRow
 	for rows.Next() {
 		var i OutboxClaimOrderedRow
 		if err := rows.Scan(
@@ -312,7 +312,7 @@ func (q *Queries) OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrdered
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

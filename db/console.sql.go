@@ -87,13 +87,13 @@ type OutboxConsoleBlockedRow struct {
 // producers, decided by the dispatcher within ReapInterval) are not listed.
 // Index: outbox_ordered_dead_head, outbox_ordered_txid, outbox_leased, then
 // outbox_ordered_head and the primary key for at most @max_rows aggregates.
-func (q *Queries) OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]OutboxConsoleBlockedRow, error) {
+func (q *Queries) OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]*OutboxConsoleBlockedRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleBlocked, arg.MaxRows, arg.StalledAfter)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxConsoleBlockedRow
+	var items []*OutboxConsoleBlockedRow
 	for rows.Next() {
 		var i OutboxConsoleBlockedRow
 		if err := rows.Scan(
@@ -108,7 +108,7 @@ func (q *Queries) OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlo
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ type OutboxConsoleDeadRow struct {
 // migration 00006); only the @page_rows rows shown are read from the table.
 // Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
 // primary key for at most @page_rows rows.
-func (q *Queries) OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]OutboxConsoleDeadRow, error) {
+func (q *Queries) OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]*OutboxConsoleDeadRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDead,
 		arg.BeforeID,
 		arg.MinID,
@@ -222,7 +222,7 @@ func (q *Queries) OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadPa
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxConsoleDeadRow
+	var items []*OutboxConsoleDeadRow
 	for rows.Next() {
 		var i OutboxConsoleDeadRow
 		if err := rows.Scan(
@@ -237,7 +237,7 @@ func (q *Queries) OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadPa
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -345,7 +345,7 @@ type OutboxConsoleDeadMatchingRow struct {
 // Index: outbox_dead alone (the filter columns are INCLUDE columns,
 // migration 00006): every dead entry of the id range is read, at most @cap
 // of them matching; the dead list is the working set, not the done rows.
-func (q *Queries) OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (OutboxConsoleDeadMatchingRow, error) {
+func (q *Queries) OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (*OutboxConsoleDeadMatchingRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleDeadMatching,
 		arg.MinID,
 		arg.MaxID,
@@ -358,7 +358,7 @@ func (q *Queries) OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConso
 	)
 	var i OutboxConsoleDeadMatchingRow
 	err := row.Scan(&i.Matching, &i.HighestID)
-	return i, err
+	return &i, err
 }
 
 const outboxConsoleDeadWindow = `-- name: OutboxConsoleDeadWindow :one
@@ -386,11 +386,11 @@ type OutboxConsoleDeadWindowRow struct {
 // OutboxConsoleDeadWindow: where OutboxConsoleDead's window ended (lowest
 // id, and how many dead ids it held). 0, 0: no dead row in the range.
 // Index: outbox_dead (index-only backward range scan).
-func (q *Queries) OutboxConsoleDeadWindow(ctx context.Context, arg OutboxConsoleDeadWindowParams) (OutboxConsoleDeadWindowRow, error) {
+func (q *Queries) OutboxConsoleDeadWindow(ctx context.Context, arg OutboxConsoleDeadWindowParams) (*OutboxConsoleDeadWindowRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleDeadWindow, arg.BeforeID, arg.MinID, arg.ScanRows)
 	var i OutboxConsoleDeadWindowRow
 	err := row.Scan(&i.LowestID, &i.Scanned)
-	return i, err
+	return &i, err
 }
 
 const outboxConsoleDeliveredPerMinute = `-- name: OutboxConsoleDeliveredPerMinute :many
@@ -441,13 +441,13 @@ type OutboxConsoleDeliveredPerMinuteRow struct {
 // 60 minutes of 250 rows).
 // Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
 // migration 00006), one range scan per minute.
-func (q *Queries) OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]OutboxConsoleDeliveredPerMinuteRow, error) {
+func (q *Queries) OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]*OutboxConsoleDeliveredPerMinuteRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDeliveredPerMinute, perMinuteCap)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxConsoleDeliveredPerMinuteRow
+	var items []*OutboxConsoleDeliveredPerMinuteRow
 	for rows.Next() {
 		var i OutboxConsoleDeliveredPerMinuteRow
 		if err := rows.Scan(
@@ -460,7 +460,7 @@ func (q *Queries) OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinute
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -521,11 +521,11 @@ type OutboxConsoleIDRangeRow struct {
 // first row at or after the middle id. About log2(rows) probes each, 24 for
 // 10 million rows, 3-4 index pages per probe.
 // Index: the primary key (point probes only).
-func (q *Queries) OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (OutboxConsoleIDRangeRow, error) {
+func (q *Queries) OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (*OutboxConsoleIDRangeRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleIDRange, arg.CreatedFrom, arg.CreatedTo)
 	var i OutboxConsoleIDRangeRow
 	err := row.Scan(&i.MinID, &i.BeforeID)
-	return i, err
+	return &i, err
 }
 
 const outboxConsoleLeaseOwners = `-- name: OutboxConsoleLeaseOwners :many
@@ -551,13 +551,13 @@ type OutboxConsoleLeaseOwnersRow struct {
 // lease_owner, how many leases, how many of them expired, and the earliest
 // lease_until (the oldest lease), database clock. Busiest first.
 // Index: outbox_leased (processing rows only; bounded by what relays hold).
-func (q *Queries) OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) ([]OutboxConsoleLeaseOwnersRow, error) {
+func (q *Queries) OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) ([]*OutboxConsoleLeaseOwnersRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleLeaseOwners, maxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxConsoleLeaseOwnersRow
+	var items []*OutboxConsoleLeaseOwnersRow
 	for rows.Next() {
 		var i OutboxConsoleLeaseOwnersRow
 		if err := rows.Scan(
@@ -568,7 +568,7 @@ func (q *Queries) OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) (
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -607,7 +607,7 @@ type OutboxConsoleMessageRow struct {
 // OutboxConsoleMessage: one message with everything the detail page shows.
 // No row: no such id (purged, or never existed).
 // Index: the primary key.
-func (q *Queries) OutboxConsoleMessage(ctx context.Context, id int64) (OutboxConsoleMessageRow, error) {
+func (q *Queries) OutboxConsoleMessage(ctx context.Context, id int64) (*OutboxConsoleMessageRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleMessage, id)
 	var i OutboxConsoleMessageRow
 	err := row.Scan(
@@ -629,7 +629,7 @@ func (q *Queries) OutboxConsoleMessage(ctx context.Context, id int64) (OutboxCon
 		&i.Ordered,
 		&i.Seq,
 	)
-	return i, err
+	return &i, err
 }
 
 const outboxConsoleMessages = `-- name: OutboxConsoleMessages :many
@@ -687,7 +687,7 @@ type OutboxConsoleMessagesRow struct {
 // window ended and the next page continues from there. So a page reads at
 // most @scan_rows rows whatever the filters.
 // Index: the primary key (backward range scan, bounded by @scan_rows).
-func (q *Queries) OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]OutboxConsoleMessagesRow, error) {
+func (q *Queries) OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]*OutboxConsoleMessagesRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleMessages,
 		arg.BeforeID,
 		arg.MinID,
@@ -704,7 +704,7 @@ func (q *Queries) OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMe
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxConsoleMessagesRow
+	var items []*OutboxConsoleMessagesRow
 	for rows.Next() {
 		var i OutboxConsoleMessagesRow
 		if err := rows.Scan(
@@ -723,7 +723,7 @@ func (q *Queries) OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMe
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -842,11 +842,11 @@ type OutboxConsoleScanWindowRow struct {
 // and how many ids the window held (fewer than @scan_rows: the range is
 // exhausted). 0, 0: nothing in the range.
 // Index: the primary key (index-only backward range scan).
-func (q *Queries) OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsoleScanWindowParams) (OutboxConsoleScanWindowRow, error) {
+func (q *Queries) OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsoleScanWindowParams) (*OutboxConsoleScanWindowRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleScanWindow, arg.BeforeID, arg.MinID, arg.ScanRows)
 	var i OutboxConsoleScanWindowRow
 	err := row.Scan(&i.LowestID, &i.Scanned)
-	return i, err
+	return &i, err
 }
 
 const outboxConsoleSkipDeadMany = `-- name: OutboxConsoleSkipDeadMany :many
@@ -973,7 +973,7 @@ type OutboxConsoleStatusCountsRow struct {
 // Indexes: outbox_pending_txid (pending unordered, count, index only),
 // outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
 // outbox_dead (dead, count, index only). Never reads a done row.
-func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (OutboxConsoleStatusCountsRow, error) {
+func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleStatusCounts, arg.Cap, arg.LowestIds)
 	var i OutboxConsoleStatusCountsRow
 	err := row.Scan(
@@ -983,5 +983,5 @@ func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConso
 		&i.OldestAgeSeconds,
 		&i.EstimatedRows,
 	)
-	return i, err
+	return &i, err
 }

@@ -72,7 +72,7 @@ type OutboxClaimExpiredRow struct {
 // Lock strategy: FOR UPDATE SKIP LOCKED; UPDATE by primary key.
 // Index: outbox_leased (lease_until, partial: processing), from @expired_after.
 // 0 rows: no expired lease to recover.
-func (q *Queries) OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpiredParams) ([]OutboxClaimExpiredRow, error) {
+func (q *Queries) OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpiredParams) ([]*OutboxClaimExpiredRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimExpired,
 		arg.Owner,
 		arg.Lease,
@@ -85,7 +85,7 @@ func (q *Queries) OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpired
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxClaimExpiredRow
+	var items []*OutboxClaimExpiredRow
 	for rows.Next() {
 		var i OutboxClaimExpiredRow
 		if err := rows.Scan(
@@ -96,7 +96,7 @@ func (q *Queries) OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpired
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -157,13 +157,13 @@ type OutboxIsolateClaimRow struct {
 // through id = ANY(ARRAY(...)), as OutboxClaim.
 // Index: outbox_pending (partial: pending unordered), order (id, available_at).
 // 0 rows: nothing claimable right now.
-func (q *Queries) OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaimParams) ([]OutboxIsolateClaimRow, error) {
+func (q *Queries) OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaimParams) ([]*OutboxIsolateClaimRow, error) {
 	rows, err := q.db.Query(ctx, outboxIsolateClaim, arg.Owner, arg.Lease, arg.Batch)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxIsolateClaimRow
+	var items []*OutboxIsolateClaimRow
 	for rows.Next() {
 		var i OutboxIsolateClaimRow
 		if err := rows.Scan(
@@ -174,7 +174,7 @@ func (q *Queries) OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaim
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -239,13 +239,13 @@ type OutboxIsolateClaimOrderedRow struct {
 // Lock strategy: FOR UPDATE SKIP LOCKED on the heads, UPDATE by primary key.
 // Index: outbox_ordered_head (aggregate_id, seq) for the NOT EXISTS probe.
 // Order: by id. 0 rows: no claimable head right now.
-func (q *Queries) OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsolateClaimOrderedParams) ([]OutboxIsolateClaimOrderedRow, error) {
+func (q *Queries) OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsolateClaimOrderedParams) ([]*OutboxIsolateClaimOrderedRow, error) {
 	rows, err := q.db.Query(ctx, outboxIsolateClaimOrdered, arg.Owner, arg.Lease, arg.Batch)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxIsolateClaimOrderedRow
+	var items []*OutboxIsolateClaimOrderedRow
 	for rows.Next() {
 		var i OutboxIsolateClaimOrderedRow
 		if err := rows.Scan(
@@ -256,7 +256,7 @@ func (q *Queries) OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsola
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -296,7 +296,7 @@ type OutboxIsolateReadRow struct {
 // it to dead with OutboxMarkDead, naming the SQLSTATE.
 // Lock strategy: none (a plain read by primary key).
 // No row (pgx.ErrNoRows): lease lost.
-func (q *Queries) OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (OutboxIsolateReadRow, error) {
+func (q *Queries) OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (*OutboxIsolateReadRow, error) {
 	row := q.db.QueryRow(ctx, outboxIsolateRead, arg.ID, arg.LeaseVersion, arg.LeaseOwner)
 	var i OutboxIsolateReadRow
 	err := row.Scan(
@@ -308,5 +308,5 @@ func (q *Queries) OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadPa
 		&i.Headers,
 		&i.CreatedAt,
 	)
-	return i, err
+	return &i, err
 }

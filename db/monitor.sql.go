@@ -26,19 +26,19 @@ type OutboxAttemptsHistogramRow struct {
 
 // OutboxAttemptsHistogram: attempts distribution of undelivered messages
 // (retries piling up).
-func (q *Queries) OutboxAttemptsHistogram(ctx context.Context) ([]OutboxAttemptsHistogramRow, error) {
+func (q *Queries) OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error) {
 	rows, err := q.db.Query(ctx, outboxAttemptsHistogram)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxAttemptsHistogramRow
+	var items []*OutboxAttemptsHistogramRow
 	for rows.Next() {
 		var i OutboxAttemptsHistogramRow
 		if err := rows.Scan(&i.Attempts, &i.Count); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -97,13 +97,13 @@ type OutboxBlockedAggregatesRow struct {
 // size of the backlog waiting behind the head. The head is the lowest seq
 // (commit order), as in OutboxClaimOrdered. Oldest first.
 // Index: outbox_ordered_head (undelivered ordered rows only).
-func (q *Queries) OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]OutboxBlockedAggregatesRow, error) {
+func (q *Queries) OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]*OutboxBlockedAggregatesRow, error) {
 	rows, err := q.db.Query(ctx, outboxBlockedAggregates, arg.StalledAfter, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxBlockedAggregatesRow
+	var items []*OutboxBlockedAggregatesRow
 	for rows.Next() {
 		var i OutboxBlockedAggregatesRow
 		if err := rows.Scan(
@@ -118,7 +118,7 @@ func (q *Queries) OutboxBlockedAggregates(ctx context.Context, arg OutboxBlocked
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -142,19 +142,19 @@ type OutboxCountByStatusRow struct {
 // Monitoring: the seed's section 6, read-only, no locks taken.
 // OutboxCountByStatus: queue depth by status.
 // Scans the table (done rows included); run it at monitoring intervals.
-func (q *Queries) OutboxCountByStatus(ctx context.Context) ([]OutboxCountByStatusRow, error) {
+func (q *Queries) OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error) {
 	rows, err := q.db.Query(ctx, outboxCountByStatus)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxCountByStatusRow
+	var items []*OutboxCountByStatusRow
 	for rows.Next() {
 		var i OutboxCountByStatusRow
 		if err := rows.Scan(&i.Status, &i.Count); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -236,11 +236,11 @@ type OutboxOrderedCommitWaitsRow struct {
 // pg_stat_activity): advisory locks in the single-bigint key space whose
 // upper 32 bits (classid) are this table's oid, not granted, in this database.
 // No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
-func (q *Queries) OutboxOrderedCommitWaits(ctx context.Context) (OutboxOrderedCommitWaitsRow, error) {
+func (q *Queries) OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error) {
 	row := q.db.QueryRow(ctx, outboxOrderedCommitWaits)
 	var i OutboxOrderedCommitWaitsRow
 	err := row.Scan(&i.WaitingCommits, &i.LongestWaitSeconds)
-	return i, err
+	return &i, err
 }
 
 const outboxQueueDepth = `-- name: OutboxQueueDepth :one
@@ -279,7 +279,7 @@ type OutboxQueueDepthRow struct {
 // (pending, ordered; status is an INCLUDE column), outbox_leased
 // (processing), outbox_dead (dead), outbox_done_at (done, at most 10,000
 // entries).
-func (q *Queries) OutboxQueueDepth(ctx context.Context) (OutboxQueueDepthRow, error) {
+func (q *Queries) OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error) {
 	row := q.db.QueryRow(ctx, outboxQueueDepth)
 	var i OutboxQueueDepthRow
 	err := row.Scan(
@@ -288,5 +288,5 @@ func (q *Queries) OutboxQueueDepth(ctx context.Context) (OutboxQueueDepthRow, er
 		&i.Dead,
 		&i.Done,
 	)
-	return i, err
+	return &i, err
 }

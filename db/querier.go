@@ -12,13 +12,13 @@ import (
 type Querier interface {
 	// OutboxAttemptsHistogram: attempts distribution of undelivered messages
 	// (retries piling up).
-	OutboxAttemptsHistogram(ctx context.Context) ([]OutboxAttemptsHistogramRow, error)
+	OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error)
 	// OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 	// been delivered for longer than @stalled_after (database clock), with the
 	// size of the backlog waiting behind the head. The head is the lowest seq
 	// (commit order), as in OutboxClaimOrdered. Oldest first.
 	// Index: outbox_ordered_head (undelivered ordered rows only).
-	OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]OutboxBlockedAggregatesRow, error)
+	OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]*OutboxBlockedAggregatesRow, error)
 	// The start check of the dispatcher and of every pgoutbox command: is the
 	// outbox table there as the queries need it? It reads only the catalogs, so
 	// it works whoever applied the migrations and with whatever goose version
@@ -31,7 +31,7 @@ type Querier interface {
 	// Lock strategy: none (catalog reads, no lock on the table).
 	// Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 	// 0 rows: never; one row always.
-	OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (OutboxCheckTableRow, error)
+	OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (*OutboxCheckTableRow, error)
 	// Claims. Each runs as one autocommit statement (a short transaction): it
 	// writes ownership into the row (status, lease_owner, lease_until, and
 	// lease_version + 1, the fencing token) and COMMITs before anything is
@@ -75,7 +75,7 @@ type Querier interface {
 	// concurrent claim); not necessarily an empty queue.
 	// An expired lease is claimed alone (ready is empty then), so every row
 	// returned is recovered exactly when expired found one.
-	OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]OutboxClaimRow, error)
+	OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]*OutboxClaimRow, error)
 	// OutboxClaimExpired is the recovery lane's claim: the one message whose
 	// lease expired longest ago with attempts left (a crashed or frozen owner's),
 	// without its payload. The lane publishes it alone, apart from the main
@@ -99,7 +99,7 @@ type Querier interface {
 	// Lock strategy: FOR UPDATE SKIP LOCKED; UPDATE by primary key.
 	// Index: outbox_leased (lease_until, partial: processing), from @expired_after.
 	// 0 rows: no expired lease to recover.
-	OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpiredParams) ([]OutboxClaimExpiredRow, error)
+	OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpiredParams) ([]*OutboxClaimExpiredRow, error)
 	// OutboxClaimOrdered claims up to @batch ordered messages, at most one per
 	// aggregate: the head, i.e. the undelivered (pending, processing or dead)
 	// row with the lowest seq of its aggregate_id.
@@ -138,7 +138,7 @@ type Querier interface {
 	// back in id order.
 	// 0 rows: no aggregate has a claimable head right now; it may be blocked by a
 	// dead head, or a head in flight or in backoff.
-	OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]OutboxClaimOrderedRow, error)
+	OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]*OutboxClaimOrderedRow, error)
 	// OutboxClaimOrderedWindow claims up to @batch ordered heads that are new to
 	// the cursor: the same cursor, lanes and order as OutboxClaimWindow, over
 	// rows flagged head (migration 00005). A row is flagged head when it becomes
@@ -156,7 +156,7 @@ type Querier interface {
 	// re-checked on the locked row version.
 	// Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
 	// 0 rows: no new head is claimable since the cursor.
-	OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimOrderedWindowParams) ([]OutboxClaimOrderedWindowRow, error)
+	OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimOrderedWindowParams) ([]*OutboxClaimOrderedWindowRow, error)
 	// OutboxClaimPassed claims, without their payloads, the pending unordered
 	// rows that a cursor has passed without handing them out: rows found locked
 	// by a concurrent claim that then rolled back — its process died inside the
@@ -188,14 +188,14 @@ type Querier interface {
 	// Indexes: outbox_pending_txid (txid from @since's xmax, and per @since's
 	// xip entry), outbox_pending_due (available_at after @due_since).
 	// 0 rows: nothing was passed (the normal case).
-	OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]OutboxClaimPassedRow, error)
+	OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]*OutboxClaimPassedRow, error)
 	// OutboxClaimPassedOrdered is OutboxClaimPassed for ordered heads (each is
 	// the only claimable row of its aggregate, so recovering it keeps the order),
 	// bounded the same way by @since and @due_since.
 	// Lock strategy: as OutboxClaimPassed. Indexes: outbox_ordered_txid,
 	// outbox_ordered_due.
 	// 0 rows: nothing was passed (the normal case).
-	OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]OutboxClaimPassedOrderedRow, error)
+	OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]*OutboxClaimPassedOrderedRow, error)
 	// Claims from a cursor (migration 00005). OutboxClaim scans outbox_pending
 	// from its start, and while any snapshot older than the rows it claimed is
 	// open, that start is a run of dead index entries that grows with every row
@@ -239,7 +239,7 @@ type Querier interface {
 	// server_started changes, or xmax goes back, the caller starts its cursor
 	// over.
 	// Lock strategy: none. Always one row.
-	OutboxClaimSnapshot(ctx context.Context) (OutboxClaimSnapshotRow, error)
+	OutboxClaimSnapshot(ctx context.Context) (*OutboxClaimSnapshotRow, error)
 	// OutboxClaimWindow claims up to @batch unordered pending messages that are
 	// new to the cursor, in three lanes. Each lane reads at most @batch rows and
 	// is not read at all once the lanes before it filled the batch; the claim
@@ -277,7 +277,7 @@ type Querier interface {
 	// Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
 	// 0 rows: nothing new is claimable since the cursor; with fewer rows than
 	// @batch the window is exhausted and the caller advances the cursor.
-	OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]OutboxClaimWindowRow, error)
+	OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]*OutboxClaimWindowRow, error)
 	// OutboxConsoleBlocked: ordered aggregates whose head is dead, or whose
 	// head is pending or processing and was created before @stalled_after ago
 	// (database clock), oldest head first, at most @max_rows. Starts from the
@@ -298,7 +298,7 @@ type Querier interface {
 	// producers, decided by the dispatcher within ReapInterval) are not listed.
 	// Index: outbox_ordered_dead_head, outbox_ordered_txid, outbox_leased, then
 	// outbox_ordered_head and the primary key for at most @max_rows aggregates.
-	OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]OutboxConsoleBlockedRow, error)
+	OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]*OutboxConsoleBlockedRow, error)
 	// OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
 	// OutboxConsoleBlocked: a dead head, or a live head older than
 	// @stalled_after), stopping at @cap.
@@ -314,7 +314,7 @@ type Querier interface {
 	// migration 00006); only the @page_rows rows shown are read from the table.
 	// Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
 	// primary key for at most @page_rows rows.
-	OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]OutboxConsoleDeadRow, error)
+	OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]*OutboxConsoleDeadRow, error)
 	// OutboxConsoleDeadIDs: the next @max_rows ids of dead messages matching
 	// the filter with @after_id < id <= @max_id, ascending: one batch of a bulk
 	// action over a filter (the caller passes the last id as @after_id and
@@ -329,11 +329,11 @@ type Querier interface {
 	// Index: outbox_dead alone (the filter columns are INCLUDE columns,
 	// migration 00006): every dead entry of the id range is read, at most @cap
 	// of them matching; the dead list is the working set, not the done rows.
-	OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (OutboxConsoleDeadMatchingRow, error)
+	OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (*OutboxConsoleDeadMatchingRow, error)
 	// OutboxConsoleDeadWindow: where OutboxConsoleDead's window ended (lowest
 	// id, and how many dead ids it held). 0, 0: no dead row in the range.
 	// Index: outbox_dead (index-only backward range scan).
-	OutboxConsoleDeadWindow(ctx context.Context, arg OutboxConsoleDeadWindowParams) (OutboxConsoleDeadWindowRow, error)
+	OutboxConsoleDeadWindow(ctx context.Context, arg OutboxConsoleDeadWindowParams) (*OutboxConsoleDeadWindowRow, error)
 	// OutboxConsoleDeliveredPerMinute: the last hour of deliveries, one row per
 	// minute (oldest first; the current minute is partial), for the throughput
 	// and end-to-end latency charts. Each minute reads at most @per_minute_cap
@@ -347,7 +347,7 @@ type Querier interface {
 	// 60 minutes of 250 rows).
 	// Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
 	// migration 00006), one range scan per minute.
-	OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]OutboxConsoleDeliveredPerMinuteRow, error)
+	OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]*OutboxConsoleDeliveredPerMinuteRow, error)
 	// OutboxConsoleIDRange: a time range as a range of ids, [min_id, before_id),
 	// in one round trip: min_id is the first id created at or after
 	// @created_from (0 when @created_from is NULL), before_id the first id
@@ -360,16 +360,16 @@ type Querier interface {
 	// first row at or after the middle id. About log2(rows) probes each, 24 for
 	// 10 million rows, 3-4 index pages per probe.
 	// Index: the primary key (point probes only).
-	OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (OutboxConsoleIDRangeRow, error)
+	OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (*OutboxConsoleIDRangeRow, error)
 	// OutboxConsoleLeaseOwners: relays currently holding leases: per
 	// lease_owner, how many leases, how many of them expired, and the earliest
 	// lease_until (the oldest lease), database clock. Busiest first.
 	// Index: outbox_leased (processing rows only; bounded by what relays hold).
-	OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) ([]OutboxConsoleLeaseOwnersRow, error)
+	OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) ([]*OutboxConsoleLeaseOwnersRow, error)
 	// OutboxConsoleMessage: one message with everything the detail page shows.
 	// No row: no such id (purged, or never existed).
 	// Index: the primary key.
-	OutboxConsoleMessage(ctx context.Context, id int64) (OutboxConsoleMessageRow, error)
+	OutboxConsoleMessage(ctx context.Context, id int64) (*OutboxConsoleMessageRow, error)
 	// OutboxConsoleMessages: one page of messages, newest first, keyset-paged
 	// by id: rows with @min_id <= id < @before_id, filtered, at most @page_rows.
 	// The filters apply within a window of the @scan_rows highest ids of that
@@ -377,7 +377,7 @@ type Querier interface {
 	// window ended and the next page continues from there. So a page reads at
 	// most @scan_rows rows whatever the filters.
 	// Index: the primary key (backward range scan, bounded by @scan_rows).
-	OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]OutboxConsoleMessagesRow, error)
+	OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]*OutboxConsoleMessagesRow, error)
 	// OutboxConsoleNow: the database clock, which every age on the pages uses.
 	// No table read.
 	OutboxConsoleNow(ctx context.Context) (time.Time, error)
@@ -400,7 +400,7 @@ type Querier interface {
 	// and how many ids the window held (fewer than @scan_rows: the range is
 	// exhausted). 0, 0: nothing in the range.
 	// Index: the primary key (index-only backward range scan).
-	OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsoleScanWindowParams) (OutboxConsoleScanWindowRow, error)
+	OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsoleScanWindowParams) (*OutboxConsoleScanWindowRow, error)
 	// OutboxConsoleSkipDeadMany resolves dead messages without delivering them,
 	// as OutboxSkipDead does one: done now, last_error prefixed with the
 	// operator's reason. Unblocks ordered aggregates whose head it was.
@@ -442,11 +442,11 @@ type Querier interface {
 	// Indexes: outbox_pending_txid (pending unordered, count, index only),
 	// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
 	// outbox_dead (dead, count, index only). Never reads a done row.
-	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (OutboxConsoleStatusCountsRow, error)
+	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error)
 	// Monitoring: the seed's section 6, read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.
-	OutboxCountByStatus(ctx context.Context) ([]OutboxCountByStatusRow, error)
+	OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error)
 	// OutboxDefer is the business defer with a deadline: back to pending at
 	// now() + @delay with the attempt refunded, unless the message is older than
 	// @max_age (measured on the database clock from created_at), in which case it
@@ -494,7 +494,7 @@ type Querier interface {
 	// through id = ANY(ARRAY(...)), as OutboxClaim.
 	// Index: outbox_pending (partial: pending unordered), order (id, available_at).
 	// 0 rows: nothing claimable right now.
-	OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaimParams) ([]OutboxIsolateClaimRow, error)
+	OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaimParams) ([]*OutboxIsolateClaimRow, error)
 	// OutboxIsolateClaimOrdered claims up to @batch ordered heads without their
 	// payload: sequenced pending rows with no earlier (seq order: the commit
 	// order of the producing transactions) pending, processing or dead row of
@@ -508,7 +508,7 @@ type Querier interface {
 	// Lock strategy: FOR UPDATE SKIP LOCKED on the heads, UPDATE by primary key.
 	// Index: outbox_ordered_head (aggregate_id, seq) for the NOT EXISTS probe.
 	// Order: by id. 0 rows: no claimable head right now.
-	OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsolateClaimOrderedParams) ([]OutboxIsolateClaimOrderedRow, error)
+	OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsolateClaimOrderedParams) ([]*OutboxIsolateClaimOrderedRow, error)
 	// OutboxIsolateRead reads one claimed message in full, fenced: only while the
 	// caller still holds the lease it claimed (lease_owner and lease_version, the
 	// token of finalize.sql). A data or resource error here
@@ -516,12 +516,12 @@ type Querier interface {
 	// it to dead with OutboxMarkDead, naming the SQLSTATE.
 	// Lock strategy: none (a plain read by primary key).
 	// No row (pgx.ErrNoRows): lease lost.
-	OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (OutboxIsolateReadRow, error)
+	OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (*OutboxIsolateReadRow, error)
 	// Operator queries: the dead list, redrive, skip, retention.
 	// OutboxListDead lists dead messages keyset-paged by id (pass the last id of
 	// the previous page as @after_id, 0 for the first), optionally filtered.
 	// Index: outbox_dead.
-	OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]OutboxListDeadRow, error)
+	OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]*OutboxListDeadRow, error)
 	// OutboxMarkDead sends a message to dead for a person to look at: a permanent
 	// failure, or retries exhausted. In an ordered aggregate a dead head blocks
 	// the aggregate until someone redrives or skips it.
@@ -587,7 +587,7 @@ type Querier interface {
 	// pg_stat_activity): advisory locks in the single-bigint key space whose
 	// upper 32 bits (classid) are this table's oid, not granted, in this database.
 	// No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
-	OutboxOrderedCommitWaits(ctx context.Context) (OutboxOrderedCommitWaitsRow, error)
+	OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error)
 	// OutboxPurgeDone deletes at most @limit done rows older than @older_than
 	// (done_at, database clock), oldest first. Bounded so each call is a short
 	// transaction; call it until it returns 0.
@@ -614,7 +614,7 @@ type Querier interface {
 	// (pending, ordered; status is an INCLUDE column), outbox_leased
 	// (processing), outbox_dead (dead), outbox_done_at (done, at most 10,000
 	// entries).
-	OutboxQueueDepth(ctx context.Context) (OutboxQueueDepthRow, error)
+	OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error)
 	// OutboxReap buries messages whose worker keeps dying: processing rows whose
 	// lease expired with every attempt spent go to dead. A poison message never
 	// reaches a finalize, so this is the only way it stops being claimed.

@@ -126,7 +126,7 @@ type OutboxClaimOrderedWindowRow struct {
 // re-checked on the locked row version.
 // Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
 // 0 rows: no new head is claimable since the cursor.
-func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimOrderedWindowParams) ([]OutboxClaimOrderedWindowRow, error) {
+func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimOrderedWindowParams) ([]*OutboxClaimOrderedWindowRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimOrderedWindow,
 		arg.Snapshot,
 		arg.Upper,
@@ -141,7 +141,7 @@ func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimO
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxClaimOrderedWindowRow
+	var items []*OutboxClaimOrderedWindowRow
 	for rows.Next() {
 		var i OutboxClaimOrderedWindowRow
 		if err := rows.Scan(
@@ -159,7 +159,7 @@ func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimO
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -274,7 +274,7 @@ type OutboxClaimPassedRow struct {
 // Indexes: outbox_pending_txid (txid from @since's xmax, and per @since's
 // xip entry), outbox_pending_due (available_at after @due_since).
 // 0 rows: nothing was passed (the normal case).
-func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]OutboxClaimPassedRow, error) {
+func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]*OutboxClaimPassedRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimPassed,
 		arg.Owner,
 		arg.Lease,
@@ -288,7 +288,7 @@ func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedPa
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxClaimPassedRow
+	var items []*OutboxClaimPassedRow
 	for rows.Next() {
 		var i OutboxClaimPassedRow
 		if err := rows.Scan(
@@ -299,7 +299,7 @@ func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedPa
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -393,7 +393,7 @@ type OutboxClaimPassedOrderedRow struct {
 // Lock strategy: as OutboxClaimPassed. Indexes: outbox_ordered_txid,
 // outbox_ordered_due.
 // 0 rows: nothing was passed (the normal case).
-func (q *Queries) OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]OutboxClaimPassedOrderedRow, error) {
+func (q *Queries) OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]*OutboxClaimPassedOrderedRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimPassedOrdered,
 		arg.Owner,
 		arg.Lease,
@@ -407,7 +407,7 @@ func (q *Queries) OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimP
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxClaimPassedOrderedRow
+	var items []*OutboxClaimPassedOrderedRow
 	for rows.Next() {
 		var i OutboxClaimPassedOrderedRow
 		if err := rows.Scan(
@@ -418,7 +418,7 @@ func (q *Queries) OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimP
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -485,7 +485,7 @@ type OutboxClaimSnapshotRow struct {
 // server_started changes, or xmax goes back, the caller starts its cursor
 // over.
 // Lock strategy: none. Always one row.
-func (q *Queries) OutboxClaimSnapshot(ctx context.Context) (OutboxClaimSnapshotRow, error) {
+func (q *Queries) OutboxClaimSnapshot(ctx context.Context) (*OutboxClaimSnapshotRow, error) {
 	row := q.db.QueryRow(ctx, outboxClaimSnapshot)
 	var i OutboxClaimSnapshotRow
 	err := row.Scan(
@@ -494,7 +494,7 @@ func (q *Queries) OutboxClaimSnapshot(ctx context.Context) (OutboxClaimSnapshotR
 		&i.At,
 		&i.ServerStarted,
 	)
-	return i, err
+	return &i, err
 }
 
 const outboxClaimWindow = `-- name: OutboxClaimWindow :many
@@ -631,7 +631,7 @@ type OutboxClaimWindowRow struct {
 // Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
 // 0 rows: nothing new is claimable since the cursor; with fewer rows than
 // @batch the window is exhausted and the caller advances the cursor.
-func (q *Queries) OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]OutboxClaimWindowRow, error) {
+func (q *Queries) OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]*OutboxClaimWindowRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimWindow,
 		arg.Snapshot,
 		arg.Upper,
@@ -646,7 +646,7 @@ func (q *Queries) OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowPa
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxClaimWindowRow
+	var items []*OutboxClaimWindowRow
 	for rows.Next() {
 		var i OutboxClaimWindowRow
 		if err := rows.Scan(
@@ -664,7 +664,7 @@ func (q *Queries) OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowPa
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -91,7 +91,7 @@ func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline tim
 	if err == nil && n == 1 {
 		deadline = start.Add(d.cfg.Lease + d.cfg.ClaimTimeout)
 	}
-	var row db.OutboxIsolateReadRow
+	var row *db.OutboxIsolateReadRow
 	if err == nil {
 		rctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 		row, err = d.q.OutboxIsolateRead(rctx, db.OutboxIsolateReadParams{ID: r.id, LeaseVersion: r.leaseVersion, LeaseOwner: r.leaseOwner})

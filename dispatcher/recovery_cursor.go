@@ -56,5 +56,9 @@ func (c *expiredCursor) passed(clock db.OutboxClaimSnapshotRow) {
 func (d *Dispatcher) recoveryClock(ctx context.Context) (db.OutboxClaimSnapshotRow, error) {
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	defer cancel()
-	return d.q.OutboxClaimSnapshot(cctx)
+	clock, err := d.q.OutboxClaimSnapshot(cctx)
+	if err != nil {
+		return db.OutboxClaimSnapshotRow{}, err
+	}
+	return *clock, nil
 }

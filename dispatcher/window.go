@@ -221,10 +221,11 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 	// instead of two (tuning log, entry 18).
 	pre, continuing := cur.opened()
 	if !continuing {
-		var err error
-		if pre, err = d.q.OutboxClaimSnapshot(cctx); err != nil {
+		snap, err := d.q.OutboxClaimSnapshot(cctx)
+		if err != nil {
 			return 0, err
 		}
+		pre = *snap
 	}
 	if !cur.sameServer(pre) {
 		d.log.Warn("the database server changed (a restart or a failover): the claim cursor starts over from the first pending row",
@@ -237,14 +238,15 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 		Owner: owner, Batch: int32(n), Lease: d.cfg.Lease,
 	}
 	var (
-		rows []db.OutboxClaimWindowRow
+		rows []*db.OutboxClaimWindowRow
 		err  error
 	)
 	if ordered {
-		var got []db.OutboxClaimOrderedWindowRow
+		var got []*db.OutboxClaimOrderedWindowRow
 		got, err = d.q.OutboxClaimOrderedWindow(cctx, db.OutboxClaimOrderedWindowParams(params))
-		for _, r := range got {
-			rows = append(rows, db.OutboxClaimWindowRow(r))
+		rows = make([]*db.OutboxClaimWindowRow, len(got))
+		for i, r := range got {
+			rows[i] = (*db.OutboxClaimWindowRow)(r)
 		}
 	} else {
 		rows, err = d.q.OutboxClaimWindow(cctx, params)
@@ -337,13 +339,14 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 			Snapshot: cur.lower, DueAfter: cur.dueAfter, Since: since, DueSince: dueSince,
 			MaxRows: int32(sweepRows), Owner: owner, Lease: d.cfg.Lease,
 		}
-		var got []db.OutboxClaimPassedRow
+		var got []*db.OutboxClaimPassedRow
 		var err error
 		if ordered {
-			var ord []db.OutboxClaimPassedOrderedRow
+			var ord []*db.OutboxClaimPassedOrderedRow
 			ord, err = d.q.OutboxClaimPassedOrdered(sctx, db.OutboxClaimPassedOrderedParams(params))
-			for _, r := range ord {
-				got = append(got, db.OutboxClaimPassedRow(r))
+			got = make([]*db.OutboxClaimPassedRow, len(ord))
+			for i, r := range ord {
+				got[i] = (*db.OutboxClaimPassedRow)(r)
 			}
 		} else {
 			got, err = d.q.OutboxClaimPassed(sctx, params)

@@ -364,7 +364,7 @@ func TestMonitoring_SeedQueries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []db.OutboxCountByStatusRow{{Status: "done", Count: 1}, {Status: "pending", Count: 3}, {Status: "processing", Count: 2}}
+	want := []*db.OutboxCountByStatusRow{{Status: "done", Count: 1}, {Status: "pending", Count: 3}, {Status: "processing", Count: 2}}
 	if diff := cmp.Diff(want, counts); diff != "" {
 		t.Fatalf("count by status (-want +got):\n%s", diff)
 	}
@@ -380,7 +380,7 @@ func TestMonitoring_SeedQueries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]db.OutboxAttemptsHistogramRow{{Attempts: 0, Count: 3}, {Attempts: 1, Count: 2}}, hist); diff != "" {
+	if diff := cmp.Diff([]*db.OutboxAttemptsHistogramRow{{Attempts: 0, Count: 3}, {Attempts: 1, Count: 2}}, hist); diff != "" {
 		t.Fatalf("attempts histogram (-want +got):\n%s", diff)
 	}
 	// The seed's own monitoring SQL runs unchanged against this schema.

@@ -14,7 +14,7 @@ import (
 )
 
 // claimOrdered is windowClaimer.claim for heads (OutboxClaimOrderedWindow).
-func (w *windowClaimer) claimOrdered(t *testing.T, batch int) []db.OutboxClaimOrderedWindowRow {
+func (w *windowClaimer) claimOrdered(t *testing.T, batch int) []*db.OutboxClaimOrderedWindowRow {
 	t.Helper()
 	ctx := context.Background()
 	pre, err := w.q.OutboxClaimSnapshot(ctx)
@@ -98,9 +98,9 @@ func TestClaimOrderedWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t
 				}
 				continue
 			}
-			kv := make([]db.OutboxClaimWindowRow, len(rows))
+			kv := make([]*db.OutboxClaimWindowRow, len(rows))
 			for i, r := range rows {
-				kv[i] = db.OutboxClaimWindowRow{ID: r.ID, LeaseVersion: r.LeaseVersion}
+				kv[i] = &db.OutboxClaimWindowRow{ID: r.ID, LeaseVersion: r.LeaseVersion}
 			}
 			b.doneAll(t, w.owner, kv)
 			processed += int64(len(rows))
@@ -352,9 +352,9 @@ func TestClaimOrderedWindow_FinalizeBatchesDoNotDeadlockWithProducers(t *testing
 		}
 		// Finalize in descending aggregate order: the opposite of the
 		// producers' key order for about half of the pairs.
-		kv := make([]db.OutboxClaimWindowRow, 0, len(rows))
+		kv := make([]*db.OutboxClaimWindowRow, 0, len(rows))
 		for i := len(rows) - 1; i >= 0; i-- {
-			kv = append(kv, db.OutboxClaimWindowRow{ID: rows[i].ID, LeaseVersion: rows[i].LeaseVersion})
+			kv = append(kv, &db.OutboxClaimWindowRow{ID: rows[i].ID, LeaseVersion: rows[i].LeaseVersion})
 		}
 		idv := make([]int64, len(kv))
 		lv := make([]int64, len(kv))

@@ -33,7 +33,7 @@ type windowClaimer struct {
 }
 
 // begin opens a window at pre unless one is open.
-func (w *windowClaimer) begin(pre db.OutboxClaimSnapshotRow) {
+func (w *windowClaimer) begin(pre *db.OutboxClaimSnapshotRow) {
 	if w.upper == "" {
 		w.upper, w.upperXmax = pre.Snapshot, pre.Xmax
 		w.afterTxid, w.afterID = w.lowerXmax, 0
@@ -41,7 +41,7 @@ func (w *windowClaimer) begin(pre db.OutboxClaimSnapshotRow) {
 }
 
 // advance ends the window after a short claim.
-func (w *windowClaimer) exhausted(pre db.OutboxClaimSnapshotRow) {
+func (w *windowClaimer) exhausted(pre *db.OutboxClaimSnapshotRow) {
 	w.snapshot, w.lowerXmax, w.upper, w.upperXmax = w.upper, w.upperXmax, "", 0
 	w.afterTxid, w.afterID, w.dueAfter = 0, 0, pre.At
 }
@@ -50,7 +50,7 @@ func newWindowClaimer(q *db.Queries, owner string) *windowClaimer {
 	return &windowClaimer{q: q, owner: owner, snapshot: "1:1:"}
 }
 
-func (w *windowClaimer) claim(t *testing.T, batch int) []db.OutboxClaimWindowRow {
+func (w *windowClaimer) claim(t *testing.T, batch int) []*db.OutboxClaimWindowRow {
 	t.Helper()
 	ctx := context.Background()
 	pre, err := w.q.OutboxClaimSnapshot(ctx)
@@ -77,7 +77,7 @@ func (w *windowClaimer) claim(t *testing.T, batch int) []db.OutboxClaimWindowRow
 	return rows
 }
 
-func windowIDs(rows []db.OutboxClaimWindowRow) []int64 {
+func windowIDs(rows []*db.OutboxClaimWindowRow) []int64 {
 	out := make([]int64, len(rows))
 	for i, r := range rows {
 		out[i] = r.ID
@@ -86,7 +86,7 @@ func windowIDs(rows []db.OutboxClaimWindowRow) []int64 {
 }
 
 // doneAll finalizes rows claimed under owner.
-func (b *bundle) doneAll(t *testing.T, owner string, rows []db.OutboxClaimWindowRow) {
+func (b *bundle) doneAll(t *testing.T, owner string, rows []*db.OutboxClaimWindowRow) {
 	t.Helper()
 	idv := make([]int64, len(rows))
 	lv := make([]int64, len(rows))
