@@ -321,10 +321,7 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		var w *db.OutboxOrderedCommitWaitsRow
 		w, errW = db.New(relay).OutboxOrderedCommitWaits(ctx)
-		if errW != nil {
-			break
-		}
-		if w.WaitingCommits > 0 {
+		if errW != nil || w.WaitingCommits > 0 {
 			seen = w.WaitingCommits
 			break
 		}

@@ -58,10 +58,7 @@ func (c *Console) deadRows(r *http.Request, f filter, minID, before int64) ([]*d
 	window := func() (int64, int64, error) {
 		win, err := c.q.OutboxConsoleDeadWindow(ctx, db.OutboxConsoleDeadWindowParams{
 			BeforeID: before, MinID: minID, ScanRows: int32(c.cfg.ScanRows)})
-		if err != nil {
-			return 0, 0, err
-		}
-		return win.LowestID, win.Scanned, nil
+		return win.LowestID, win.Scanned, err
 	}
 	return rows, window, err
 }

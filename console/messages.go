@@ -75,10 +75,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 		err = c.setCursor(&p.listPage, c.cfg.Prefix+"/messages", f, len(p.Rows), last, func() (int64, int64, error) {
 			win, err := c.q.OutboxConsoleScanWindow(ctx, db.OutboxConsoleScanWindowParams{
 				BeforeID: before, MinID: minID, ScanRows: int32(c.cfg.ScanRows)})
-			if err != nil {
-				return 0, 0, err
-			}
-			return win.LowestID, win.Scanned, nil
+			return win.LowestID, win.Scanned, err
 		})
 		if err != nil {
 			c.fail(w, r, start, err)

@@ -71,11 +71,13 @@ const (
 // autocommit transaction, fenced and durable like the dispatcher's.
 //
 // ceilingDispatcher: OutboxClaimWindow and OutboxMarkDoneMany over what the
-// claim returned. The claim's upper bound is one OutboxClaimSnapshot taken
-// when the round's rows are in (prepare; passed with -D), as a dispatcher's
-// claims inside one window reuse the snapshot that opened it. The claim's
-// rows go to pgbench whole (payload, headers and all, which pgbench reads and drops), as they go to a
-// dispatcher: their output conversion and their bytes on the wire are part
+// claim returned. The claim's upper bound is one snapshot
+// (pg_current_snapshot, as OutboxClaimSnapshot reads it) taken when the
+// round's rows are in (prepare; passed with -D), as a dispatcher's claims
+// inside one window reuse the snapshot that opened it. The claim's rows go
+// to pgbench whole (payload, headers and all, which pgbench reads and
+// drops), as they go to a dispatcher: their output conversion and their
+// bytes on the wire are part
 // of every message's cost. pgbench keeps only one row of a result, so the
 // claim also stores its ids and lease versions in two session settings
 // (one extra one-row CTE), which the finalize reads back. The window claim
