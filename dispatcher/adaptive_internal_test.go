@@ -23,34 +23,32 @@ func TestAdaptiveBatch_Rule(t *testing.T) {
 		work     time.Duration
 		steps    []step
 	}{
-		{"full claims double up to Batch", 50, 1000, time.Second, []step{
-			{50, 50, 100 * time.Millisecond, int64(fast), 100},
-			{100, 100, 100 * time.Millisecond, int64(fast), 200},
-			{200, 200, 100 * time.Millisecond, int64(fast), 400},
-			{400, 400, 100 * time.Millisecond, int64(fast), 800},
-			{800, 800, 100 * time.Millisecond, int64(fast), 1000},
+		{"a full claim makes the next one Batch", 50, 1000, time.Second, []step{
+			{50, 50, 100 * time.Millisecond, int64(fast), 1000},
 			{1000, 1000, 100 * time.Millisecond, int64(fast), 1000},
 		}},
 		{"short claims halve down to BatchMin", 50, 1000, time.Second, []step{
-			{50, 50, 100 * time.Millisecond, int64(fast), 100},
-			{100, 100, 100 * time.Millisecond, int64(fast), 200},
-			{200, 99, 100 * time.Millisecond, int64(fast), 100},
-			{100, 0, 100 * time.Millisecond, 0, 50},
+			{50, 50, 100 * time.Millisecond, int64(fast), 1000},
+			{1000, 499, 100 * time.Millisecond, int64(fast), 500},
+			{500, 200, 100 * time.Millisecond, int64(fast), 250},
+			{250, 0, 100 * time.Millisecond, 0, 125},
+			{125, 0, 100 * time.Millisecond, 0, 62},
+			{62, 0, 100 * time.Millisecond, 0, 50},
 			{50, 0, 100 * time.Millisecond, 0, 50},
 		}},
 		{"half full keeps the size", 50, 1000, time.Second, []step{
-			{50, 50, 100 * time.Millisecond, int64(fast), 100},
-			{100, 50, 100 * time.Millisecond, int64(fast), 100},
+			{50, 50, 100 * time.Millisecond, int64(fast), 1000},
+			{1000, 500, 100 * time.Millisecond, int64(fast), 1000},
+			{1000, 999, 100 * time.Millisecond, int64(fast), 1000},
 		}},
 		{"a claim cut short by room in flight counts against what was asked", 50, 1000, time.Second, []step{
-			{50, 50, 100 * time.Millisecond, int64(fast), 100},
-			{30, 30, 100 * time.Millisecond, int64(fast), 200},
+			{30, 30, 100 * time.Millisecond, int64(fast), 1000},
+			{300, 200, 100 * time.Millisecond, int64(fast), 1000},
+			{300, 100, 100 * time.Millisecond, int64(fast), 500},
 		}},
 		{"the rate caps the size at BatchWork of work", 50, 1000, 100 * time.Millisecond, []step{
 			// 400 completions in 100 ms = 4,000/s; × 100 ms = 400.
-			{50, 50, 100 * time.Millisecond, 400, 100},
-			{100, 100, 100 * time.Millisecond, 400, 200},
-			{200, 200, 100 * time.Millisecond, 400, 400},
+			{50, 50, 100 * time.Millisecond, 400, 400},
 			{400, 400, 100 * time.Millisecond, 400, 400},
 			// The publisher slows to 1,000/s: the cap follows (averaged).
 			{400, 400, 100 * time.Millisecond, 100, 250},
@@ -59,10 +57,12 @@ func TestAdaptiveBatch_Rule(t *testing.T) {
 		{"before the first 50 ms window, the rate so far lets a backlog grow", 50, 2000, time.Second, []step{
 			// Nothing finished yet: no rate, the size stays.
 			{50, 50, 10 * time.Millisecond, 0, 50},
-			// 50 in 20 ms since the start = 2,500/s, × 1 s = 2,500.
-			{50, 50, 10 * time.Millisecond, 50, 100},
-			{100, 100, 10 * time.Millisecond, 100, 200},
-			{200, 200, 10 * time.Millisecond, 200, 400},
+			// 50 in 20 ms since the start = 2,500/s, × 1 s = 2,500: Batch.
+			{50, 50, 10 * time.Millisecond, 50, 2000},
+		}},
+		{"before the first window, the rate so far caps the jump", 50, 2000, 200 * time.Millisecond, []step{
+			// 50 in 10 ms = 5,000/s, × 200 ms = 1,000.
+			{50, 50, 10 * time.Millisecond, 50, 1000},
 		}},
 		{"before the first window, a slow publisher is slow from its first completions", 50, 2000, 50 * time.Millisecond, []step{
 			// 4 done in 2 ms = 2,000/s, × 50 ms = 100.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,9 +46,10 @@ func (g *maxGauge) see(x int64) {
 	}
 }
 
-// The zero Config's claim size starts at BatchMin, grows to Batch while a
-// backlog makes every claim come back full, and falls back to BatchMin once
-// the queue is empty; a single event is still delivered afterwards.
+// The zero Config's claim size starts at BatchMin, goes straight to Batch
+// once a claim comes back full on a backlog (no climb through 100, 200, …),
+// and falls back to BatchMin once the queue is empty; a single event is
+// still delivered afterwards.
 func TestAdaptive_ClaimSizeGrowsOnBacklogAndReturnsToMinWhenIdle(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -58,16 +60,27 @@ func TestAdaptive_ClaimSizeGrowsOnBacklogAndReturnsToMinWhenIdle(t *testing.T) {
 	var biggest, smallest maxGauge
 	smallest.v.Store(-1 << 62)
 	var seen atomic.Int64
+	var (
+		mu    sync.Mutex
+		sizes []int64 // the claim sizes publishes saw, each change once
+	)
 	pub := dispatcher.PublisherFunc(func(context.Context, dispatcher.Message) error {
 		s := d.Stats().ClaimSize
 		biggest.see(s)
 		smallest.see(-s)
 		seen.Add(1)
+		mu.Lock()
+		if len(sizes) == 0 || sizes[len(sizes)-1] != s {
+			sizes = append(sizes, s)
+		}
+		mu.Unlock()
 		return nil
 	})
-	// BatchWork of an hour: the rate cap never binds, so the size is the
-	// full/short rule alone (the rate cap has a test of its own).
-	cfg := fast(dispatcher.Config{BatchWork: time.Hour, StatsInterval: -1})
+	// BatchWork and Lease of an hour: the rate cap (BatchWork, cut to half
+	// of what the lease leaves after PublishTimeout) never binds once the
+	// first publishes finished, so the size is the full/short rule alone
+	// (the rate cap has a test of its own).
+	cfg := fast(dispatcher.Config{BatchWork: time.Hour, Lease: time.Hour, PublishTimeout: 10 * time.Second, StatsInterval: -1})
 	d, err := dispatcher.New(b.pool, pub, withLogger(t, cfg))
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +93,17 @@ func TestAdaptive_ClaimSizeGrowsOnBacklogAndReturnsToMinWhenIdle(t *testing.T) {
 	}
 	if got := -smallest.v.Load(); got != dispatcher.BatchMinDefault {
 		t.Errorf("first claim size = %d, want BatchMin (%d)", got, dispatcher.BatchMinDefault)
+	}
+	// Every size a publish saw before the first Batch: BatchMin only (the
+	// first claim's publishes may already see Batch, so none is fine too).
+	mu.Lock()
+	climb := sizes[:slices.Index(sizes, dispatcher.BatchDefault)]
+	mu.Unlock()
+	for _, s := range climb {
+		if s != dispatcher.BatchMinDefault {
+			t.Errorf("claim sizes seen before the first Batch-size claim = %v, want only BatchMin (%d): a full claim makes the next one Batch", climb, dispatcher.BatchMinDefault)
+			break
+		}
 	}
 	waitFor(t, 30*time.Second, "the claim size to return to BatchMin on an empty queue", func() bool {
 		return d.Stats().ClaimSize == dispatcher.BatchMinDefault

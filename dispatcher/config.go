@@ -128,10 +128,11 @@ type Config struct {
 	Batch int
 
 	// BatchMin is the claim size the dispatcher starts from and returns to
-	// when the queue is quiet. While claims come back full (a backlog) each
-	// claim doubles the next, up to Batch; a claim that comes back less than
-	// half full halves it, down to BatchMin. BatchMin equal to Batch turns
-	// the adaptation off (a fixed claim size, as before).
+	// when the queue is quiet. A claim that comes back full (a backlog) makes
+	// the next one Batch, within what BatchWork allows at the measured rate;
+	// a claim that comes back less than half full halves it, down to
+	// BatchMin. BatchMin equal to Batch turns the adaptation off (a fixed
+	// claim size, as before).
 	// Defaults to BatchMinDefault (50), or Batch when that is smaller.
 	BatchMin int
 

@@ -151,7 +151,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 
 	owner := f.String("owner", "", "relay name; each claim writes lease_owner = owner/run-id.claim-number (default: host-pid)")
 	batch := f.int64("batch", dispatcher.BatchDefault, "most messages per claim (1-10000); the claim size adapts between --batch-min and this")
-	batchMin := f.int64("batch-min", 0, fmt.Sprintf("claim size used on a quiet queue, doubled per full claim up to --batch (default %d, or --batch when smaller; equal to --batch: a fixed claim size)", dispatcher.BatchMinDefault))
+	batchMin := f.int64("batch-min", 0, fmt.Sprintf("claim size used on a quiet queue; a claim that comes back full makes the next one --batch (within --batch-work) (default %d, or --batch when smaller; equal to --batch: a fixed claim size)", dispatcher.BatchMinDefault))
 	batchWork := f.duration("batch-work", dispatcher.BatchWorkDefault, "most publishing work one claim takes at the measured rate (bounds what is in flight with a slow publisher, and what a crash strands)")
 	lease := f.duration("lease", dispatcher.LeaseDefault, "how long a claim owns a message before another dispatcher may take it over")
 	maxAttempts := f.int64("max-attempts", dispatcher.MaxAttemptsDefault, "claims after which a failing message goes to dead")
