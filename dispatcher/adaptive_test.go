@@ -97,7 +97,7 @@ func TestAdaptive_ClaimSizeGrowsOnBacklogAndReturnsToMinWhenIdle(t *testing.T) {
 	// Every size a publish saw before the first Batch: BatchMin only (the
 	// first claim's publishes may already see Batch, so none is fine too).
 	mu.Lock()
-	climb := sizes[:slices.Index(sizes, dispatcher.BatchDefault)]
+	climb := sizes[:max(slices.Index(sizes, dispatcher.BatchDefault), 0)] // never Batch: reported above
 	mu.Unlock()
 	for _, s := range climb {
 		if s != dispatcher.BatchMinDefault {
