@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"math"
 	"sync/atomic"
 	"time"
 )
@@ -23,17 +22,14 @@ import (
 //   - a claim that came back less than half full halves it, down to
 //     BatchMin: an idle or trickling queue is claimed in small batches, so
 //     that a crash strands little and claims stay fair among dispatchers;
-//   - the size never exceeds what the workers can publish in BatchWork:
-//     Concurrency divided by the mean time a worker spent on each message it
-//     published over the last claims (counted as each publish returns, not
-//     as batched finalizes land), so a slow publisher does not make the
-//     dispatcher hold minutes of work under lease: one claim is at most
-//     about BatchWork of publishing, and what a crash strands (at most
-//     limit() messages) at most about twice that, plus BatchMin. The rate
-//     the workers achieved would read low whenever the claims, not the
-//     publisher, set the pace (the first claims of a backlog, a trickle):
-//     four relays started together on a backlog were held at claims of
-//     408-1,637 rows for their first 200-300 ms by it (tuning log, entry 20).
+//   - the size never exceeds what the dispatcher finished in BatchWork at
+//     the rate measured over the last claims (jobs the workers finished
+//     with per second: published, failed or handed back; counted as each
+//     publish returns, not as batched finalizes land, so the rate never
+//     reads above what the publisher sustains), so a slow publisher does
+//     not make the dispatcher hold minutes of work under lease: one claim
+//     is at most about BatchWork of publishing, and what a crash strands
+//     (at most limit() messages) at most about twice that, plus BatchMin.
 type adaptiveBatch struct {
 	min, max    int
 	concurrency int
@@ -42,45 +38,21 @@ type adaptiveBatch struct {
 	cur int
 	pub *atomic.Int64 // cur, for Stats
 
-	// The estimate of what the workers can finish: worked counts the jobs
-	// they published and the time each took (runJob), sampled at the start
-	// of each window.
-	worked      *workMeter
-	sampledAt   time.Time
-	sampledJobs int64
-	sampledBusy int64
-	rate        float64 // messages per second the workers can finish (smoothed)
+	// The completion-rate estimate: worked is the dispatcher's running count
+	// of jobs its workers finished with (runJob).
+	worked    *atomic.Int64
+	sampledAt time.Time
+	sampled   int64
+	rate      float64 // completions per second (exponentially smoothed)
 	// provisional is the rate since the start while no window has been
 	// measured yet (rate is 0); see measure.
 	provisional float64
 }
 
-// workMeter counts the jobs the workers published (successfully or not) and
-// the time the workers spent on them, from the start of the publish to the
-// hand-off of its outcome: what one message costs a worker, whether or not
-// the claims kept the workers busy. Jobs handed back unpublished are not
-// counted.
-type workMeter struct {
-	jobs atomic.Int64
-	busy atomic.Int64 // nanoseconds
-}
-
-func (m *workMeter) add(took time.Duration) {
-	m.busy.Add(int64(took))
-	m.jobs.Add(1)
-}
-
-// read returns the jobs first: a job counted in busy but not yet in jobs
-// makes the mean a little longer, never shorter.
-func (m *workMeter) read() (jobs, busy int64) {
-	jobs = m.jobs.Load()
-	return jobs, m.busy.Load()
-}
-
 // rateWindow is the shortest interval the completion rate is measured over.
 const rateWindow = 50 * time.Millisecond
 
-func newAdaptiveBatch(cfg Config, worked *workMeter, pub *atomic.Int64, now time.Time) *adaptiveBatch {
+func newAdaptiveBatch(cfg Config, worked, pub *atomic.Int64, now time.Time) *adaptiveBatch {
 	// A message waits behind at most two claims' worth of work before its
 	// publish starts, and is handed back unpublished when less than
 	// PublishTimeout (HeartbeatInterval with a heartbeat) of its lease is
@@ -130,7 +102,7 @@ func (a *adaptiveBatch) observe(asked, got int, now time.Time) {
 }
 
 // workCap is the claim size that holds about BatchWork of work at the
-// estimated rate.
+// measured completion rate.
 func (a *adaptiveBatch) workCap() int {
 	c := max(a.rate, a.provisional) * a.work.Seconds()
 	if c >= float64(a.max) {
@@ -139,42 +111,24 @@ func (a *adaptiveBatch) workCap() int {
 	return int(c)
 }
 
-// capacity is the rate the workers finish messages at when all of them are
-// busy: Concurrency messages per mean time a message took (jobs over busy
-// nanoseconds). A publish too fast for the clock reads as no limit.
-func (a *adaptiveBatch) capacity(jobs, busy int64) float64 {
-	if busy <= 0 {
-		return math.Inf(1)
-	}
-	return float64(a.concurrency) * float64(jobs) / time.Duration(busy).Seconds()
-}
-
 func (a *adaptiveBatch) measure(now time.Time) {
 	dt := now.Sub(a.sampledAt)
-	jobs, busy := a.worked.read()
 	if dt < rateWindow {
-		if a.rate == 0 && jobs > a.sampledJobs {
+		if done := a.worked.Load(); a.rate == 0 && dt > 0 && done > a.sampled {
 			// No window measured yet (the first 50 ms of a run): a
-			// provisional rate from what was published so far, so that a
+			// provisional rate from what finished so far, so that a
 			// backlog found at start-up does not wait a whole window at
 			// BatchMin (measured: six claims of 50 in the first 57 ms of a
 			// drain). A slow publisher shows as slow from its first
-			// publishes on. The window's sample is left as it is.
-			a.provisional = a.capacity(jobs-a.sampledJobs, busy-a.sampledBusy)
+			// completions on. The window's sample is left as it is.
+			a.provisional = float64(done-a.sampled) / dt.Seconds()
 		}
 		return
 	}
 	a.provisional = 0
-	dj, db := jobs-a.sampledJobs, busy-a.sampledBusy
-	a.sampledAt, a.sampledJobs, a.sampledBusy = now, jobs, busy
-	if dj == 0 {
-		// Nothing was published in the window: no news of the publisher (a
-		// quiet queue; a publisher that hangs holds its messages in flight,
-		// and the in-flight limit stops the claims). The estimate stays, so
-		// the next backlog is claimed at the size the publisher allows.
-		return
-	}
-	inst := a.capacity(dj, db)
+	done := a.worked.Load()
+	inst := float64(done-a.sampled) / dt.Seconds()
+	a.sampledAt, a.sampled = now, done
 	if a.rate == 0 || inst > a.rate {
 		a.rate = inst // rise at once: a backlog must not wait for the average
 		return

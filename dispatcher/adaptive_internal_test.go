@@ -7,20 +7,16 @@ import (
 )
 
 // The controller alone, on a synthetic clock: each step is one claim
-// (asked, got) at a time, with the messages the workers published since the
-// last step and what each took a worker. With Concurrency 16 the workers
-// can finish 16 / took messages a second.
+// (asked, got) at a time, with a count of completions since the last step.
 func TestAdaptiveBatch_Rule(t *testing.T) {
 	t.Parallel()
 	type step struct {
 		asked, got int
 		after      time.Duration // since the previous step
-		published  int64         // messages published meanwhile
-		took       time.Duration // what each of them took a worker
+		completed  int64         // messages that left flight meanwhile
 		want       int           // size after the step
 	}
-	const fast = 100000            // published per step of 100 ms
-	const quick = time.Microsecond // 16 million a second: never the cap
+	fast := 100000 // completions per step of 100 ms: rate 1e6/s, never the cap
 	cases := []struct {
 		name     string
 		min, max int
@@ -28,90 +24,73 @@ func TestAdaptiveBatch_Rule(t *testing.T) {
 		steps    []step
 	}{
 		{"a full claim makes the next one Batch", 50, 1000, time.Second, []step{
-			{50, 50, 100 * time.Millisecond, fast, quick, 1000},
-			{1000, 1000, 100 * time.Millisecond, fast, quick, 1000},
+			{50, 50, 100 * time.Millisecond, int64(fast), 1000},
+			{1000, 1000, 100 * time.Millisecond, int64(fast), 1000},
 		}},
 		{"short claims halve down to BatchMin", 50, 1000, time.Second, []step{
-			{50, 50, 100 * time.Millisecond, fast, quick, 1000},
-			{1000, 499, 100 * time.Millisecond, fast, quick, 500},
-			{500, 200, 100 * time.Millisecond, fast, quick, 250},
-			{250, 0, 100 * time.Millisecond, 0, 0, 125},
-			{125, 0, 100 * time.Millisecond, 0, 0, 62},
-			{62, 0, 100 * time.Millisecond, 0, 0, 50},
-			{50, 0, 100 * time.Millisecond, 0, 0, 50},
+			{50, 50, 100 * time.Millisecond, int64(fast), 1000},
+			{1000, 499, 100 * time.Millisecond, int64(fast), 500},
+			{500, 200, 100 * time.Millisecond, int64(fast), 250},
+			{250, 0, 100 * time.Millisecond, 0, 125},
+			{125, 0, 100 * time.Millisecond, 0, 62},
+			{62, 0, 100 * time.Millisecond, 0, 50},
+			{50, 0, 100 * time.Millisecond, 0, 50},
 		}},
 		{"half full keeps the size", 50, 1000, time.Second, []step{
-			{50, 50, 100 * time.Millisecond, fast, quick, 1000},
-			{1000, 500, 100 * time.Millisecond, fast, quick, 1000},
-			{1000, 999, 100 * time.Millisecond, fast, quick, 1000},
+			{50, 50, 100 * time.Millisecond, int64(fast), 1000},
+			{1000, 500, 100 * time.Millisecond, int64(fast), 1000},
+			{1000, 999, 100 * time.Millisecond, int64(fast), 1000},
 		}},
 		{"a claim cut short by room in flight counts against what was asked", 50, 1000, time.Second, []step{
-			{30, 30, 100 * time.Millisecond, fast, quick, 1000},
-			{300, 200, 100 * time.Millisecond, fast, quick, 1000},
-			{300, 100, 100 * time.Millisecond, fast, quick, 500},
+			{30, 30, 100 * time.Millisecond, int64(fast), 1000},
+			{300, 200, 100 * time.Millisecond, int64(fast), 1000},
+			{300, 100, 100 * time.Millisecond, int64(fast), 500},
 		}},
-		{"the publisher's pace caps the size at BatchWork of work", 50, 1000, 100 * time.Millisecond, []step{
-			// 4 ms a message on 16 workers = 4,000/s; × 100 ms = 400.
-			{50, 50, 100 * time.Millisecond, 400, 4 * time.Millisecond, 400},
-			{400, 400, 100 * time.Millisecond, 400, 4 * time.Millisecond, 400},
+		{"the rate caps the size at BatchWork of work", 50, 1000, 100 * time.Millisecond, []step{
+			// 400 completions in 100 ms = 4,000/s; × 100 ms = 400.
+			{50, 50, 100 * time.Millisecond, 400, 400},
+			{400, 400, 100 * time.Millisecond, 400, 400},
 			// The publisher slows to 1,000/s: the cap follows (averaged).
-			{400, 400, 100 * time.Millisecond, 100, 16 * time.Millisecond, 250},
-			{250, 250, 100 * time.Millisecond, 100, 16 * time.Millisecond, 175},
-		}},
-		{"claims that set the pace do not lower the estimate", 50, 2000, time.Second, []step{
-			// Only 50 published in 100 ms (500/s: all the claims gave the
-			// workers), each in a microsecond: the workers could do far more.
-			{50, 50, 100 * time.Millisecond, 50, quick, 2000},
-		}},
-		{"a quiet window keeps the estimate for the next backlog", 50, 1000, 100 * time.Millisecond, []step{
-			{50, 50, 100 * time.Millisecond, 400, 4 * time.Millisecond, 400},
-			{400, 0, time.Second, 0, 0, 200},
-			{200, 0, time.Second, 0, 0, 100},
-			// The backlog is back: straight to the cap the publisher allows.
-			{100, 100, 10 * time.Millisecond, 0, 0, 400},
+			{400, 400, 100 * time.Millisecond, 100, 250},
+			{250, 250, 100 * time.Millisecond, 100, 175},
 		}},
 		{"before the first 50 ms window, the rate so far lets a backlog grow", 50, 2000, time.Second, []step{
-			// Nothing published yet: no estimate, the size stays.
-			{50, 50, 10 * time.Millisecond, 0, 0, 50},
-			// 6.4 ms a message = 2,500/s, × 1 s = 2,500: Batch.
-			{50, 50, 10 * time.Millisecond, 50, 6400 * time.Microsecond, 2000},
+			// Nothing finished yet: no rate, the size stays.
+			{50, 50, 10 * time.Millisecond, 0, 50},
+			// 50 in 20 ms since the start = 2,500/s, × 1 s = 2,500: Batch.
+			{50, 50, 10 * time.Millisecond, 50, 2000},
 		}},
 		{"before the first window, the rate so far caps the jump", 50, 2000, 200 * time.Millisecond, []step{
-			// 3.2 ms a message = 5,000/s, × 200 ms = 1,000.
-			{50, 50, 10 * time.Millisecond, 50, 3200 * time.Microsecond, 1000},
+			// 50 in 10 ms = 5,000/s, × 200 ms = 1,000.
+			{50, 50, 10 * time.Millisecond, 50, 1000},
 		}},
-		{"before the first window, a slow publisher is slow from its first publishes", 50, 2000, 50 * time.Millisecond, []step{
-			// 8 ms a message = 2,000/s, × 50 ms = 100.
-			{50, 50, 2 * time.Millisecond, 4, 8 * time.Millisecond, 100},
-			{100, 100, 8 * time.Millisecond, 16, 8 * time.Millisecond, 100},
+		{"before the first window, a slow publisher is slow from its first completions", 50, 2000, 50 * time.Millisecond, []step{
+			// 4 done in 2 ms = 2,000/s, × 50 ms = 100.
+			{50, 50, 2 * time.Millisecond, 4, 100},
+			// 20 done in 10 ms: still 2,000/s; the claim stays at 100.
+			{100, 100, 8 * time.Millisecond, 16, 100},
 		}},
 		{"the cap never goes below BatchMin", 50, 1000, 10 * time.Millisecond, []step{
-			// 160 ms a message = 100/s, × 10 ms = 1.
-			{50, 50, 100 * time.Millisecond, 10, 160 * time.Millisecond, 50},
-			{50, 50, 100 * time.Millisecond, 10, 160 * time.Millisecond, 50},
+			{50, 50, 100 * time.Millisecond, 10, 50},
+			{50, 50, 100 * time.Millisecond, 10, 50},
 		}},
 		{"BatchMin equal to Batch is fixed", 100, 100, time.Second, []step{
-			{100, 100, 100 * time.Millisecond, fast, quick, 100},
-			{100, 0, 100 * time.Millisecond, 0, 0, 100},
+			{100, 100, 100 * time.Millisecond, int64(fast), 100},
+			{100, 0, 100 * time.Millisecond, 0, 100},
 		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var (
-				worked workMeter
-				pub    atomic.Int64
-			)
+			var completions, pub atomic.Int64
 			now := time.Unix(0, 0)
-			a := newAdaptiveBatch(Config{BatchMin: c.min, Batch: c.max, BatchWork: c.work, Concurrency: 16}, &worked, &pub, now)
+			a := newAdaptiveBatch(Config{BatchMin: c.min, Batch: c.max, BatchWork: c.work, Concurrency: 16}, &completions, &pub, now)
 			if a.size() != c.min || pub.Load() != int64(c.min) {
 				t.Fatalf("initial size %d (published %d), want BatchMin %d", a.size(), pub.Load(), c.min)
 			}
 			for i, s := range c.steps {
 				now = now.Add(s.after)
-				for range s.published {
-					worked.add(s.took)
-				}
+				completions.Add(s.completed)
 				a.observe(s.asked, s.got, now)
 				if a.size() != s.want || pub.Load() != int64(s.want) {
 					t.Fatalf("step %d (asked %d, got %d): size %d (published %d), want %d", i, s.asked, s.got, a.size(), pub.Load(), s.want)
@@ -139,8 +118,7 @@ func TestAdaptiveBatch_WorkFitsTheLease(t *testing.T) {
 	}
 	for _, c := range cases {
 		c.cfg.BatchMin, c.cfg.Batch, c.cfg.Concurrency = 1, 10, 1
-		var x workMeter
-		var y atomic.Int64
+		var x, y atomic.Int64
 		if got := newAdaptiveBatch(c.cfg, &x, &y, time.Now()).work; got != c.want {
 			t.Errorf("%+v: work %s, want %s", c.cfg, got, c.want)
 		}

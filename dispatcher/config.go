@@ -137,10 +137,8 @@ type Config struct {
 	BatchMin int
 
 	// BatchWork bounds an adaptive claim by time rather than by count: the
-	// claim size never exceeds what the workers can publish in BatchWork,
-	// Concurrency messages per mean time a worker spent on each message it
-	// published over the recent claims (what the publisher allows, not the
-	// pace the claims happened to set). A slow publisher therefore
+	// claim size never exceeds what this dispatcher finished in BatchWork at
+	// the rate it measured over its recent claims. A slow publisher therefore
 	// keeps claims small (a message waits at most about 2 × BatchWork in
 	// flight before its publish starts), and a crash strands about
 	// 2 × BatchWork of work (at least BatchMin) rather than 2 × Batch

@@ -36,7 +36,7 @@ type Dispatcher struct {
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
 	finalizing  atomic.Int64  // of inFlight: published, in the finalize statement being written (claimRoom)
-	worked      workMeter     // jobs the workers published and the time they took (adaptive claim size)
+	worked      atomic.Int64  // jobs the workers finished with: published, failed or handed back (adaptive claim size)
 	claimSize   atomic.Int64  // current unordered claim size (Stats)
 	freed       chan struct{} // signals the claimer that slots were freed
 	wake        chan struct{} // NOTIFY wake-ups, coalesced

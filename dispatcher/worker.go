@@ -30,6 +30,10 @@ func (d *Dispatcher) work(hardCtx context.Context, jobs <-chan *job, fin doneSin
 // (shutdown, or too close to the end of its lease). clock times the publish
 // (a worker's, publishclock.go); nil gives the publish a context of its own.
 func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *releaser, clock *publishClock) {
+	// Counted when the worker is done with the job, not when its finalize
+	// lands: the adaptive claim size measures the publishing rate, which
+	// batched finalizes would otherwise deliver in bursts.
+	defer d.worked.Add(1)
 	if d.stopping.Load() {
 		rel.add(j) // claimed but never started: hand back at once
 		return
@@ -45,12 +49,7 @@ func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *
 		rel.add(j)
 		return
 	}
-	// Counted when the worker is done with the job, not when its finalize
-	// lands: the adaptive claim size measures what a publish costs a worker
-	// (adaptive.go), which batched finalizes would deliver in bursts.
-	start := time.Now()
 	d.publish(hardCtx, j, fin, rel, clock)
-	d.worked.add(time.Since(start))
 }
 
 func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel *releaser, clock *publishClock) {
