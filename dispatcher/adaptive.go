@@ -11,14 +11,15 @@ import (
 //
 // The rule:
 //   - a claim that came back full (the queue holds at least what was asked)
-//     makes the next claim Batch: a backlog is drained with large claims from
-//     the second claim on, their fixed costs (round trip, durable commit,
-//     statement start-up, stepping over claimed index entries) spread over
-//     many rows. It used to double instead (50, 100, … 2,000: seven claims
-//     before the first full one), and four relays started together on a
-//     backlog spent the first 0.4-0.5 s of a 2.5 s drain in that climb
-//     (tuning log, entry 20). The work cap below, not the climb, is what
-//     keeps a slow publisher's claims small;
+//     makes the next claim Batch, as far as the work cap allows: a backlog
+//     is drained with large claims after a few small ones, their fixed
+//     costs (round trip, durable commit, statement start-up, stepping over
+//     claimed index entries) spread over many rows. It used to double
+//     instead (50, 100, … 2,000: seven claims before the first full one),
+//     and four relays started together on a backlog spent the first
+//     0.4-0.5 s of a 2.5 s drain in that climb (tuning log, entry 20). The
+//     work cap below, not the climb, is what keeps a slow publisher's
+//     claims small;
 //   - a claim that came back less than half full halves it, down to
 //     BatchMin: an idle or trickling queue is claimed in small batches, so
 //     that a crash strands little and claims stay fair among dispatchers;
