@@ -140,6 +140,13 @@ func TestBacklog_InFlightWhileAFinalizeIsWritten(t *testing.T) {
 			d := runOn(t, pool, rec, fast(dispatcher.Config{
 				Claim: dispatcher.ClaimUnorderedOnly, Batch: batch, BatchMin: batch,
 				Concurrency: 4, FinalizeBatch: batch, Lease: time.Minute, PublishTimeout: 30 * time.Second,
+				// The held finalize must hold a whole claim: with the 2ms
+				// default, a busy machine (-race, CI) had published only part
+				// of the first claim when the timer fired, the held finalize
+				// held that part, and the claimer rightly waited with less
+				// than three claims in flight (2 failures in 8 runs with the
+				// two cores kept busy).
+				FinalizeDelay: time.Minute,
 			}))
 			waitFor(t, 10*time.Second, "the claimer to fill what it may hold", func() bool {
 				return d.Stats().InFlight >= int64(tc.inFlight)
