@@ -118,8 +118,9 @@ func TestAdaptive_ClaimSizeGrowsOnBacklogAndReturnsToMinWhenIdle(t *testing.T) {
 // A slow publisher bounds the claim size through BatchWork: with at most
 // Concurrency publishes of at least 2 ms each the dispatcher finishes at
 // most 2,000 messages a second, so a BatchWork of 50 ms allows claims of
-// about 100 and about 200 messages in flight, where the same backlog with
-// the cap out of the way (Batch 2000 reached) holds 4,000.
+// about 100 and at most 300 messages in flight (two claims, one more being
+// finalized), where the same backlog with the cap out of the way (Batch
+// 2000 reached) holds 4,000 and more.
 func TestAdaptive_SlowPublisherKeepsClaimsToBatchWork(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -154,8 +155,11 @@ func TestAdaptive_SlowPublisherKeepsClaimsToBatchWork(t *testing.T) {
 	if got := size.v.Load(); got > capSize {
 		t.Errorf("largest claim size = %d, want at most %d (BatchWork at the publisher's rate)", got, capSize)
 	}
-	if limit := max(2*capSize, capSize+concurrency); inFlight.v.Load() > limit {
-		t.Errorf("most in flight = %d, want at most %d", inFlight.v.Load(), limit)
+	// claimRoom's bound: two claims not yet published (the limit), and one
+	// claim more whose finalize is being written. A busy machine (-race, CI)
+	// reached it: 224 in flight once, against the 200 of the limit alone.
+	if limit := max(2*capSize, capSize+concurrency) + capSize; inFlight.v.Load() > limit {
+		t.Errorf("most in flight = %d, want at most %d (two claims at the rate cap, one more being finalized)", inFlight.v.Load(), limit)
 	}
 	if got := b.count(t, "status = 'done'"); got != n {
 		t.Fatalf("%d done, want %d", got, n)
