@@ -49,6 +49,11 @@ type results struct {
 	// process for DrainZero, the relays (startup included) for the others.
 	DrainZeroCPU, DrainRelayCPU, DrainRelay4CPU []time.Duration
 
+	// Item "fleet" (fleet.go): a burst committed onto running relays.
+	FleetN                    int
+	FleetOne, FleetFour       []float64 // msg/s per round
+	FleetOneCPU, FleetFourCPU []time.Duration
+
 	// Throughput sweeps (charts).
 	SweepN           int
 	SweepBatch       []point // x = Batch
