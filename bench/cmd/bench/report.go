@@ -109,8 +109,15 @@ func (r *results) goalNotes() []string {
 				continue // one note covers p50 and p99
 			}
 			s := r.LatencyAt1000
-			note := fmt.Sprintf("**1,000 msg/s with one event per transaction was not reached, by the producers**: they committed only %s msg/s (the step requires 95%%); see section 2b for how fast producers can commit on this machine in this run. The dispatcher's latency on what was produced: p50 %s, p99 %s.",
-				kfmt(s.Achieved), ms(s.P50), ms(s.P99))
+			var note string
+			if s.Achieved < 0.95*1000 {
+				note = fmt.Sprintf("**1,000 msg/s with one event per transaction was not reached, by the producers**: they committed only %s msg/s (the step requires 95%%); see section 2b for how fast producers can commit on this machine in this run. The dispatcher's latency on what was produced: p50 %s, p99 %s.",
+					kfmt(s.Achieved), ms(s.P50), ms(s.P99))
+			} else {
+				// The producers kept the rate: the latency itself missed.
+				note = fmt.Sprintf("**End-to-end latency at 1,000 msg/s with one event per transaction**: the producers committed %s msg/s; p50 %s, p90 %s, p99 %s, max %s (section 2).",
+					kfmt(s.Achieved), ms(s.P50), ms(s.P90), ms(s.P99), ms(s.Max))
+			}
 			if b := r.LatencyAt1000Batched; b != nil {
 				note += fmt.Sprintf(" At 1,000 msg/s in %d-event transactions: p50 %s, p99 %s.", b.PerTx, ms(b.P50), ms(b.P99))
 			}
