@@ -69,7 +69,7 @@ chaos-failover:
 	$(GO) run ./chaos -failover -seed $(CHAOS_SEED) -duration 90s -events 30000 -relays 4 -drain-timeout 2m -out $(CHAOS_FAILOVER_OUT) -section failover
 
 ## bench: the benchmark suite (nested module bench/, one throwaway PostgreSQL,
-## about 15 minutes, 8 of them the pinned-horizon item); writes BENCHMARKS.md
+## about 19 minutes, 8 of them the pinned-horizon item); writes BENCHMARKS.md
 ## and docs/bench/*.png
 bench:
 	cd bench && go run ./cmd/bench -out ..

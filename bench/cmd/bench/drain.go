@@ -76,24 +76,17 @@ func settle(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	return err
 }
 
+// enqueueTx is how many events one enqueueOutbox transaction carries (one
+// COPY each).
+const enqueueTx = 5000
+
 // enqueueOutbox inserts n unordered messages with the public API
-// (dispatcher.EnqueueMany: one COPY per 5,000), payload {"num":i} as River's
-// benchmark args.
+// (dispatcher.EnqueueMany: one COPY per enqueueTx), payload {"num":i} as
+// River's benchmark args.
 func enqueueOutbox(ctx context.Context, pool *pgxpool.Pool, n int, ordered bool, aggregates int) error {
-	const batch = 5000
-	events := make([]dispatcher.Event, 0, batch)
-	for i := 0; i < n; {
-		events = events[:0]
-		for ; i < n && len(events) < batch; i++ {
-			agg := "a1"
-			if aggregates > 0 {
-				agg = "a" + strconv.Itoa(i%aggregates)
-			}
-			events = append(events, dispatcher.Event{
-				AggregateType: "bench", AggregateID: agg, EventType: "benchmark",
-				Payload: json.RawMessage(`{"num":` + strconv.Itoa(i) + `}`), Ordered: ordered,
-			})
-		}
+	events := make([]dispatcher.Event, 0, enqueueTx)
+	for i := 0; i < n; i += enqueueTx {
+		events = benchEvents(events[:0], i, min(i+enqueueTx, n), ordered, aggregates)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := dispatcher.EnqueueMany(ctx, tx, events)
 			return err
@@ -103,6 +96,22 @@ func enqueueOutbox(ctx context.Context, pool *pgxpool.Pool, n int, ordered bool,
 		}
 	}
 	return nil
+}
+
+// benchEvents appends the events numbered from to to-1: payload {"num":i},
+// spread over aggregates aggregate ids (all "a1" when aggregates is 0).
+func benchEvents(events []dispatcher.Event, from, to int, ordered bool, aggregates int) []dispatcher.Event {
+	for i := from; i < to; i++ {
+		agg := "a1"
+		if aggregates > 0 {
+			agg = "a" + strconv.Itoa(i%aggregates)
+		}
+		events = append(events, dispatcher.Event{
+			AggregateType: "bench", AggregateID: agg, EventType: "benchmark",
+			Payload: json.RawMessage(`{"num":` + strconv.Itoa(i) + `}`), Ordered: ordered,
+		})
+	}
+	return events
 }
 
 // fillOutboxSQL inserts n pending rows (or done rows) with one INSERT ...

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,14 +27,14 @@ import (
 const fleetSettle = 3 * time.Second
 
 // fleetTxs is the number of producer transactions the burst is made of
-// (5,000 events each, as enqueueOutbox's).
+// (enqueueTx events each, as enqueueOutbox's).
 const fleetTxs = 20
 
 // runFleet is the item "fleet": one and four `pgoutbox run` processes,
 // alternating round by round, each drains a burst of n committed while it
 // runs.
 func runFleet(ctx context.Context, e *env) error {
-	n := fleetTxs * 5000
+	n := fleetTxs * enqueueTx
 	e.res.FleetN = n
 	systems := []int{1, 4}
 	for round := -1; round < e.o.rounds; round++ {
@@ -64,7 +62,7 @@ func runFleet(ctx context.Context, e *env) error {
 	return nil
 }
 
-// drainBurst opens fleetTxs producer transactions of 5,000 events each,
+// drainBurst opens fleetTxs producer transactions of enqueueTx events each,
 // starts k relays, lets them settle on the empty queue, commits the
 // transactions and measures from the first COMMIT to the finalize that
 // made the last message done (max(done_at), the database clock). It
@@ -90,7 +88,7 @@ func drainBurst(ctx context.Context, e *env, k, n int) (float64, time.Duration, 
 			_ = c.Close(ctx)
 		}
 	}()
-	for t := 0; t < n/5000; t++ {
+	for t := 0; t < n/enqueueTx; t++ {
 		c, err := pgx.Connect(ctx, e.outboxURL)
 		if err != nil {
 			return 0, 0, err
@@ -101,13 +99,7 @@ func drainBurst(ctx context.Context, e *env, k, n int) (float64, time.Duration, 
 			return 0, 0, err
 		}
 		txs = append(txs, tx)
-		events := make([]dispatcher.Event, 0, 5000)
-		for i := t * 5000; i < (t+1)*5000; i++ {
-			events = append(events, dispatcher.Event{
-				AggregateType: "bench", AggregateID: "a" + strconv.Itoa(i%1000), EventType: "benchmark",
-				Payload: json.RawMessage(`{"num":` + strconv.Itoa(i) + `}`),
-			})
-		}
+		events := benchEvents(make([]dispatcher.Event, 0, enqueueTx), t*enqueueTx, (t+1)*enqueueTx, false, 1000)
 		if _, err := dispatcher.EnqueueMany(ctx, tx, events); err != nil {
 			return 0, 0, err
 		}

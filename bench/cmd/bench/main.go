@@ -4,7 +4,7 @@
 // measures every item of the suite against it in one run, and writes
 // BENCHMARKS.md and PNG charts under docs/bench/ in -out.
 //
-//	cd bench && go run ./cmd/bench -out ..          # make bench (about 15 minutes; the horizon item about 8 of them)
+//	cd bench && go run ./cmd/bench -out ..          # make bench (about 19 minutes; the horizon item about 8 of them)
 //	cd bench && go run ./cmd/bench -out .. -full    # make bench-full
 //
 // Items: (1) drain throughput vs River, (2) sustained mode latency, (3) claim
