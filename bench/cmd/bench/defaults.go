@@ -275,7 +275,6 @@ func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int)
 	if err := admin.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&start); err != nil {
 		return 0, 0, 0, err
 	}
-	deadline := time.Now().Add(10 * time.Minute)
 	for i := 0; i < k; i++ {
 		p, err := startRelay(url, "discard")
 		if err != nil {
@@ -283,20 +282,43 @@ func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int)
 		}
 		procs = append(procs, p)
 	}
-	// One relay's /metrics per relayPoll, in turn: k relays are scraped as
-	// often in all as one is. Scraping every relay at every poll cost four
-	// relays four times the scrape CPU of one (88 scrapes against 19 in a
-	// drain, about 105 ms against 23 ms of relay CPU: 0.8 µs a message of
-	// the difference between the rows). The end is detected up to k polls
-	// later; the rate's end is the last finalize's (max(done_at)), not when
-	// it was noticed.
+	scrapes, err := awaitPublished(ctx, procs, n)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	cpu, hwm, err := stopRelays(procs)
+	procs = nil
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	end, err := lastDone(ctx, admin)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	elapsed := end.Sub(start)
+	logf("  %d relay(s): %d scrapes of /metrics; relay CPU %s (%s per message); peak RSS %s", k, scrapes, cpu.Round(10*time.Millisecond), perMessage(cpu, n),
+		strings.Join(hwm, ", "))
+	return float64(n) / elapsed.Seconds(), elapsed, cpu / time.Duration(n), nil
+}
+
+// awaitPublished waits until the relays' published counters add up to n
+// (ten minutes at most) and returns how many scrapes that took. It reads
+// one relay's /metrics per relayPoll, in turn: k relays are scraped as
+// often in all as one is. Scraping every relay at every poll cost four
+// relays four times the scrape CPU of one (88 scrapes against 19 in a
+// drain, about 105 ms against 23 ms of relay CPU: 0.8 µs a message of the
+// difference between the rows). The end is noticed up to k polls late;
+// the callers' rates end at the last finalize (max(done_at)), not when it
+// was noticed.
+func awaitPublished(ctx context.Context, procs []*relayProc, n int) (int, error) {
+	deadline := time.Now().Add(10 * time.Minute)
 	scrapes := 0
-	seen := make([]int64, k)
+	seen := make([]int64, len(procs))
 	for {
-		i := scrapes % k
+		i := scrapes % len(procs)
 		v, err := procs[i].published()
 		if err != nil {
-			return 0, 0, 0, err
+			return scrapes, err
 		}
 		seen[i] = max(v, 0)
 		scrapes++
@@ -305,45 +327,50 @@ func drainRelays(ctx context.Context, admin *pgxpool.Pool, url string, k, n int)
 			total += v
 		}
 		if total >= int64(n) {
-			break
+			return scrapes, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return 0, 0, 0, fmt.Errorf("relays: only %d of %d published before the deadline", total, n)
+			return scrapes, fmt.Errorf("relays: only %d of %d published before the deadline", total, n)
 		}
 		time.Sleep(relayPoll)
 	}
+}
+
+// stopRelays reads each relay's CPU time (user + system, summed) and peak
+// RSS, then stops them all; a relay that already exited is an error.
+func stopRelays(procs []*relayProc) (time.Duration, []string, error) {
 	var cpu time.Duration
 	var hwm []string
 	for _, p := range procs {
 		select {
 		case err := <-p.done:
-			p.done <- err // for the deferred stop
-			return 0, 0, 0, fmt.Errorf("a relay exited before the end of the drain: %v\n%s", err, p.stderr.String())
+			p.done <- err // for the stop below
+			return 0, nil, errors.Join(fmt.Errorf("a relay exited before the end of the drain: %v\n%s", err, p.stderr.String()), stopAll(procs))
 		default:
 		}
 		c, err := p.cpu()
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, nil, errors.Join(err, stopAll(procs))
 		}
 		cpu += c
 		hwm = append(hwm, procHWM(p.cmd.Process.Pid))
 	}
+	return cpu, hwm, stopAll(procs)
+}
+
+func stopAll(procs []*relayProc) error {
 	var errs []error
 	for _, p := range procs {
 		errs = append(errs, p.stop())
 	}
-	procs = nil
-	if err := errors.Join(errs...); err != nil {
-		return 0, 0, 0, err
-	}
+	return errors.Join(errs...)
+}
+
+// lastDone is when the last message was finalized done (the database clock).
+func lastDone(ctx context.Context, pool *pgxpool.Pool) (time.Time, error) {
 	var end time.Time
-	if err := admin.QueryRow(ctx, "SELECT max(done_at) FROM outbox").Scan(&end); err != nil {
-		return 0, 0, 0, err
-	}
-	elapsed := end.Sub(start)
-	logf("  %d relay(s): %d scrapes of /metrics; relay CPU %s (%s per message); peak RSS %s", k, scrapes, cpu.Round(10*time.Millisecond), perMessage(cpu, n),
-		strings.Join(hwm, ", "))
-	return float64(n) / elapsed.Seconds(), elapsed, cpu / time.Duration(n), nil
+	err := pool.QueryRow(ctx, "SELECT max(done_at) FROM outbox").Scan(&end)
+	return end, err
 }
 
 // relayPoll is how often drainRelays reads a relay's published counter (one

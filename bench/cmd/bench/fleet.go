@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -143,8 +142,10 @@ func drainBurst(ctx context.Context, e *env, k, n int) (float64, time.Duration, 
 	case <-ctx.Done():
 		return 0, 0, ctx.Err()
 	}
-	if v, err := totalPublished(procs); err != nil || v != 0 {
-		return 0, 0, fmt.Errorf("before the burst: %d published, %v", v, err)
+	for _, p := range procs {
+		if v, err := p.published(); err != nil || v != 0 {
+			return 0, 0, fmt.Errorf("before the burst: a relay published %d, %v", v, err)
+		}
 	}
 
 	var start time.Time
@@ -161,40 +162,16 @@ func drainBurst(ctx context.Context, e *env, k, n int) (float64, time.Duration, 
 		}
 	}
 	logf("  %d relay(s): the %d commits took %s", k, len(txs), time.Since(committing).Round(time.Millisecond))
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		// All relays at each poll: the burst's drain is a few seconds, and
-		// the end is read from max(done_at), not from when it was noticed.
-		v, err := totalPublished(procs)
-		if err != nil {
-			return 0, 0, err
-		}
-		if v >= int64(n) {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return 0, 0, fmt.Errorf("only %d of %d published before the deadline", v, n)
-		}
-		time.Sleep(relayPoll)
-	}
-	var cpu time.Duration
-	for _, p := range procs {
-		c, err := p.cpu()
-		if err != nil {
-			return 0, 0, err
-		}
-		cpu += c
-	}
-	var errs []error
-	for _, p := range procs {
-		errs = append(errs, p.stop())
-	}
-	procs = nil
-	if err := errors.Join(errs...); err != nil {
+	if _, err := awaitPublished(ctx, procs, n); err != nil {
 		return 0, 0, err
 	}
-	var end time.Time
-	if err := e.outbox.QueryRow(ctx, "SELECT max(done_at) FROM outbox").Scan(&end); err != nil {
+	cpu, _, err := stopRelays(procs)
+	procs = nil
+	if err != nil {
+		return 0, 0, err
+	}
+	end, err := lastDone(ctx, e.outbox)
+	if err != nil {
 		return 0, 0, err
 	}
 	done, err := countDone(ctx, e.outbox)
@@ -205,23 +182,4 @@ func drainBurst(ctx context.Context, e *env, k, n int) (float64, time.Duration, 
 		return 0, 0, fmt.Errorf("%d rows done, want %d", done, n)
 	}
 	return float64(n) / end.Sub(start).Seconds(), cpu / time.Duration(n), nil
-}
-
-// totalPublished adds up the relays' published counters.
-func totalPublished(procs []*relayProc) (int64, error) {
-	var total int64
-	for _, p := range procs {
-		select {
-		case err := <-p.done:
-			p.done <- err // for the deferred stop
-			return 0, fmt.Errorf("a relay exited: %v\n%s", err, p.stderr.String())
-		default:
-		}
-		v, err := p.published()
-		if err != nil {
-			return 0, err
-		}
-		total += max(v, 0)
-	}
-	return total, nil
 }
