@@ -244,7 +244,9 @@ func (a *app) migrationFiles() (fs.FS, error) {
 // refuseSecondOutbox stops `migrate up` from creating a second outbox: when
 // the table already exists without pgoutbox's version table (its migrations
 // were applied through another goose history, or by hand), or when it is
-// missing here but exists in another schema.
+// missing in the search_path but exists in another schema and no --schema
+// was given (with --schema, an outbox of the same name in another schema is
+// a second outbox on purpose).
 func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versionTable string) error {
 	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
 	if err != nil {
@@ -272,7 +274,7 @@ func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versio
 			"Nothing to migrate here: `pgoutbox run %s` and the other commands check the table itself. For the migrations of a newer pgoutbox, run `pgoutbox init --upgrade` on your copy and apply it as before.",
 			row.Relation, versionTable, flags)
 	}
-	if len(row.Elsewhere) > 0 {
+	if len(row.Elsewhere) > 0 && a.schema == "" {
 		return failf("migrate up: no table %s in the search_path (%s), but %s exists: pass --schema (and use the same on every command) instead of creating a second outbox",
 			r.Qualified(), row.SearchPath, strings.Join(row.Elsewhere, ", "))
 	}
