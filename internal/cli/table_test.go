@@ -73,7 +73,7 @@ func TestCommands_OutboxMigratedWithTheAppsGooseTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
-	d.exec(t, "DROP TABLE outbox CASCADE; DROP TABLE pgoutbox_migrations; DROP FUNCTION IF EXISTS outbox_notify(), outbox_notify_throttled(), outbox_commit_order(), outbox_claimable_stamp(), outbox_head_handoff(), outbox_resolve_heads(integer)")
+	d.exec(t, dropOutboxSQL)
 	dir := filepath.Join(t.TempDir(), "migrations")
 	r := call(t, invocation{}, "init", "--table", "outbox", "--dir", filepath.Dir(dir), "--migrations-dir", dir)
 	wantCode(t, r, ExitOK)
