@@ -230,14 +230,21 @@ type Querier interface {
 	// OutboxClaimSnapshot reads the cursor position for the next
 	// OutboxClaimWindow: the current txid snapshot and database time. Call it
 	// right before the claim (an earlier snapshot is safe, a later one is not).
-	// server_started identifies the server the snapshot belongs to: a txid
-	// snapshot means nothing on another server, and a server that crashed and
+	// server identifies the server the snapshot belongs to: a txid snapshot
+	// means nothing on another server, and a server that crashed and
 	// restarted, or a standby promoted after a failover, can hand out again the
 	// txids of transactions whose WAL it never got (the old primary's last
 	// transactions, rolled back or lost with it): rows of its new transactions
-	// would look visible in a snapshot taken before, so already handed out. When
-	// server_started changes, or xmax goes back, the caller starts its cursor
-	// over.
+	// would look visible in a snapshot taken before, so already handed out. It
+	// is the system identifier (another cluster: a restored copy, a logical
+	// replica), the timeline the server writes WAL on (a promoted standby, a
+	// point-in-time recovery), the postmaster's start time (a restart) and the
+	// time its shared statistics were last reset: PostgreSQL discards them when
+	// it recovers from a crash without restarting the postmaster (a backend
+	// killed by the kernel), which none of the others shows; a DBA's
+	// pg_stat_reset_shared('bgwriter') changes it too, which only starts the
+	// cursor over once. When server changes, or xmax goes back, the caller
+	// starts its cursor over.
 	// Lock strategy: none. Always one row.
 	OutboxClaimSnapshot(ctx context.Context) (*OutboxClaimSnapshotRow, error)
 	// OutboxClaimWindow claims up to @batch unordered pending messages that are
@@ -588,6 +595,13 @@ type Querier interface {
 	// upper 32 bits (classid) are this table's oid, not granted, in this database.
 	// No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
 	OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error)
+	// OutboxPortability counts, up to @cap each, what the queries above would
+	// repair: ordered rows never sequenced, pending rows and heads with a txid
+	// this server has not assigned, and sequences behind the rows.
+	// Lock strategy: none.
+	// Indexes: outbox_ordered_unsequenced, outbox_pending_txid,
+	// outbox_ordered_txid, the primary key.
+	OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error)
 	// OutboxPurgeDone deletes at most @limit done rows older than @older_than
 	// (done_at, database clock), oldest first. Bounded so each call is a short
 	// transaction; call it until it returns 0.
@@ -662,6 +676,25 @@ type Querier interface {
 	// Index: outbox_ordered_head (loose index scan).
 	// Rows affected: heads flagged; 0 is the normal case.
 	OutboxRepairHeads(ctx context.Context) (int64, error)
+	// OutboxRepairSequences moves the id identity sequence and outbox_seq past
+	// the highest id and seq in the table where they are behind (a logical
+	// replication copy does not carry sequences), or with @check_only only
+	// counts them. @scan_all reads the highest seq of all ordered rows (a scan of
+	// the table) instead of trusting the last 1,000 ids to hold it.
+	// Lock strategy: none (setval is not transactional; it only moves forward).
+	// Index: the primary key (one descent, and the last 1,000 entries).
+	// Returns how many of the two sequences are (or were) behind; 0 is normal.
+	OutboxRepairSequences(ctx context.Context, arg OutboxRepairSequencesParams) (int32, error)
+	// OutboxRepairUnsequenced sequences up to @max_rows ordered rows that were
+	// inserted with the table's triggers off and so never sequenced (function
+	// outbox_repair_unsequenced, migration 00008: in id order, under the
+	// aggregates' locks, deciding heads as a COMMIT does). Run it read committed
+	// (the function refuses otherwise); call it until it returns fewer than
+	// @max_rows.
+	// Lock strategy: outbox_lock_aggregates, then UPDATE by primary key.
+	// Index: outbox_ordered_unsequenced, outbox_ordered_seq.
+	// Returns the rows sequenced; 0 is the normal case.
+	OutboxRepairUnsequenced(ctx context.Context, maxRows int32) (int32, error)
 	// OutboxReschedule puts a message back to pending at now() + @delay: a
 	// retryable failure (attempt spent) or a business defer (@refund_attempt gives
 	// the attempt back, since a defer is not a failure). @error is kept in
@@ -680,6 +713,24 @@ type Querier interface {
 	// Indexes: outbox_ordered_undecided, outbox_ordered_seq (one backward step).
 	// Returns the rows decided; 0 is the normal case.
 	OutboxResolveHeads(ctx context.Context, maxRows int32) (int32, error)
+	// Rows that came from another server (migration 00008): restored with
+	// pg_restore, copied by logical replication, or inserted while the table's
+	// triggers were off. The relay's recovery lane runs these when it starts and
+	// on every pass (they find nothing, cheaply, in the normal case);
+	// `pgoutbox repair` runs them on demand, and `pgoutbox stats` reports what
+	// they would find (OutboxPortability).
+	// OutboxRestampForeign gives up to @max_rows pending unordered rows, and up
+	// to @max_rows pending ordered heads, whose txid this server has not
+	// assigned (at or beyond the current snapshot's xmax: a visible row never
+	// has such a txid unless it came from another server) the current
+	// transaction's txid, so every claim cursor sees them as new and claims
+	// them. Call it until it returns fewer than @max_rows.
+	// Lock strategy: plain UPDATE by primary key of the rows chosen; status is
+	// re-checked on the row version updated.
+	// Indexes: outbox_pending_txid and outbox_ordered_txid, read from the
+	// snapshot's xmax on (one descent each when nothing is found).
+	// Rows affected: rows re-stamped; 0 is the normal case.
+	OutboxRestampForeign(ctx context.Context, maxRows int32) (int64, error)
 	// OutboxSkipDead resolves a dead message without delivering it: dead -> done,
 	// which unblocks an ordered aggregate. last_error keeps why it died, prefixed
 	// with the operator's reason.

@@ -24,6 +24,7 @@ import (
 type Dispatcher struct {
 	pool    *pgxpool.Pool
 	q       *db.Queries
+	plans   customPlans     // the pool with table renaming (what q runs on, tracing aside)
 	plain   customPlans     // the pool without table renaming (CheckTable)
 	listenC *pgx.ConnConfig // Config.ListenURL parsed; nil: the pool's settings
 	pub     Publisher
@@ -33,22 +34,23 @@ type Dispatcher struct {
 	tokens  *claimTokens // the lease_owner of each claim (owner.go)
 	tracing *tracing
 
-	maxInFlight int
-	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
-	finalizing  atomic.Int64  // of inFlight: published, in the finalize statement being written (claimRoom)
-	worked      atomic.Int64  // jobs the workers finished with: published, failed or handed back (adaptive claim size)
-	claimSize   atomic.Int64  // current unordered claim size (Stats)
-	freed       chan struct{} // signals the claimer that slots were freed
-	wake        chan struct{} // NOTIFY wake-ups, coalesced
-	epoch       time.Time     // monotonic base of hotUntil
-	hotUntil    atomic.Int64  // end of the wake window, as time since epoch
-	wakes       atomic.Int64  // wakeUp calls (claimturn.go)
-	firstIdle   chan struct{} // closed when the claim loop first finds nothing to claim (stats.go)
-	idleOnce    sync.Once
-	stopping    atomic.Bool   // Run's context ended: start nothing new
-	window      windowState   // where the next unordered claim begins (window.go)
-	windowOrd   windowState   // where the next ordered claim begins
-	expired     expiredCursor // where the recovery lane's next pass reads expired leases (recovery_cursor.go)
+	maxInFlight      int
+	inFlight         atomic.Int64  // claimed, not yet finalized or handed back
+	finalizing       atomic.Int64  // of inFlight: published, in the finalize statement being written (claimRoom)
+	worked           atomic.Int64  // jobs the workers finished with: published, failed or handed back (adaptive claim size)
+	claimSize        atomic.Int64  // current unordered claim size (Stats)
+	freed            chan struct{} // signals the claimer that slots were freed
+	wake             chan struct{} // NOTIFY wake-ups, coalesced
+	epoch            time.Time     // monotonic base of hotUntil
+	hotUntil         atomic.Int64  // end of the wake window, as time since epoch
+	wakes            atomic.Int64  // wakeUp calls (claimturn.go)
+	firstIdle        chan struct{} // closed when the claim loop first finds nothing to claim (stats.go)
+	idleOnce         sync.Once
+	stopping         atomic.Bool   // Run's context ended: start nothing new
+	window           windowState   // where the next unordered claim begins (window.go)
+	windowOrd        windowState   // where the next ordered claim begins
+	expired          expiredCursor // where the recovery lane's next pass reads expired leases (recovery_cursor.go)
+	sequencesChecked time.Time     // when the recovery lane last checked the sequences (moved.go)
 
 	running atomic.Bool
 }
@@ -89,13 +91,15 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
 	tr := newTracing(cfg, pub)
-	var dbtx db.DBTX = newCustomPlans(pool, rename)
+	plans := newCustomPlans(pool, rename)
+	var dbtx db.DBTX = plans
 	if !cfg.DisableTracing {
 		dbtx = tracedDB{inner: dbtx, t: tr}
 	}
 	d := &Dispatcher{
 		pool:        pool,
 		q:           db.New(dbtx),
+		plans:       plans,
 		plain:       newCustomPlans(pool, nil),
 		listenC:     listenC,
 		pub:         pub,

@@ -38,6 +38,7 @@ type Stats struct {
 	Isolations    int64 // claims that failed and fell back to the isolation path
 	Unreadable    int64 // messages sent to dead because their row could not be read
 	Requeued      int64 // pending messages the claim cursor had passed, recovered by the sweep, and heads repaired (normally 0)
+	Repaired      int64 // rows and sequences brought from another server that were repaired: txids re-stamped, rows sequenced, sequences moved on (normally 0)
 	InFlight      int64 // claimed now and not yet finalized or handed back
 	ClaimSize     int64 // the current adaptive claim size (Config.BatchMin .. Config.Batch)
 
@@ -51,6 +52,12 @@ type QueueStats struct {
 	OldestAgeSeconds  float64
 	ExpiredLeases     int64
 	BlockedAggregates int64
+	// Rows from another server that nothing delivers until they are
+	// repaired (OutboxPortability; a relay repairs them on its recovery
+	// lane, `pgoutbox repair` at once): ordered rows inserted with the
+	// table's triggers off, pending rows with a txid this server has not
+	// assigned, and sequences (id, seq) behind the rows.
+	Unsequenced, ForeignTxids, SequencesBehind int64
 }
 
 // outcome is what became of a claimed message (or a fenced write).
@@ -78,7 +85,7 @@ type metrics struct {
 	outcomeAttrs                                                                                                  [numOutcomes]metric.AddOption
 	publishAttrs                                                                                                  [2][]metric.RecordOption // ok=false, ok=true (built once, slices included: a variadic argument built per call escapes, one allocation per publish)
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable, requeued atomic.Int64
-	idleWaits, listens                                                                                            atomic.Int64
+	idleWaits, listens, repaired                                                                                  atomic.Int64
 
 	mu    sync.Mutex
 	queue QueueStats
@@ -91,6 +98,8 @@ type metrics struct {
 
 	meter                                            metric.Meter
 	depthGauge, ageGauge, expiredGauge, blockedGauge metric.Int64ObservableGauge
+	unrepairedGauge                                  metric.Int64ObservableGauge
+	unrepairedAttrs                                  [3]metric.ObserveOption // unsequenced, foreign_txid, sequence_behind
 }
 
 // secondsBuckets are the advised boundaries of the duration histograms: 1ms
@@ -148,6 +157,13 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Ordered aggregates whose head is dead or stalled.")); err != nil {
 		return nil, err
 	}
+	if m.unrepairedGauge, err = meter.Int64ObservableGauge("pgoutbox.queue.unrepaired", metric.WithUnit("{row}"),
+		metric.WithDescription("Rows from another server waiting for a repair, by kind: unsequenced (ordered rows inserted with triggers off), foreign_txid (pending rows with a txid this server has not assigned), sequence_behind (sequences behind the rows).")); err != nil {
+		return nil, err
+	}
+	for i, kind := range []string{"unsequenced", "foreign_txid", "sequence_behind"} {
+		m.unrepairedAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", kind)))
+	}
 	m.meter = meter
 	return m, nil
 }
@@ -166,8 +182,11 @@ func (m *metrics) observeQueue() (metric.Registration, error) {
 		o.ObserveInt64(m.ageGauge, int64(q.OldestAgeSeconds))
 		o.ObserveInt64(m.expiredGauge, q.ExpiredLeases)
 		o.ObserveInt64(m.blockedGauge, q.BlockedAggregates)
+		for i, n := range []int64{q.Unsequenced, q.ForeignTxids, q.SequencesBehind} {
+			o.ObserveInt64(m.unrepairedGauge, n, m.unrepairedAttrs[i])
+		}
 		return nil
-	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge)
+	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge, m.unrepairedGauge)
 }
 
 func (m *metrics) queueStats() QueueStats {
@@ -219,7 +238,7 @@ func (d *Dispatcher) Stats() Stats {
 		Released: m.outcomes[outReleased].Load(), NearExpiry: m.outcomes[outNearExpiry].Load(), Panics: m.outcomes[outPanic].Load(),
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
-		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(),
+		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(), Repaired: m.repaired.Load(),
 		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),
 		IdleWaits: m.idleWaits.Load(), Listens: m.listens.Load(),
 		Queue: m.queueStats(),

@@ -101,5 +101,10 @@ func ReadQueueStats(ctx context.Context, q *db.Queries) (QueueStats, error) {
 		return out, err
 	}
 	out.BlockedAggregates = int64(len(blocked))
+	moved, err := q.OutboxPortability(ctx, 100000)
+	if err != nil {
+		return out, err
+	}
+	out.Unsequenced, out.ForeignTxids, out.SequencesBehind = moved.Unsequenced, moved.ForeignTxids, int64(moved.SequencesBehind)
 	return out, nil
 }

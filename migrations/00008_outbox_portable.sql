@@ -121,6 +121,149 @@ CREATE CONSTRAINT TRIGGER outbox_commit_order
                                    greatest(current_setting('outbox.seq_to_' || NEW.tableoid)::bigint, NEW.id)::text, true)) = '' END)
     EXECUTE FUNCTION outbox_commit_order();
 
+-- Rows that arrive from another server. pg_dump/pg_restore, a logical
+-- replication copy and a base backup carry rows whose txid, seq and id were
+-- assigned by the server they came from:
+-- * txid: a txid that this server has not assigned yet (at or beyond the
+--   current snapshot's xmax; a cluster older than one xid epoch gives
+--   txids of 2^32 and more) is never claimable by a claim cursor, which
+--   claims only rows of transactions committed before its snapshot. The
+--   relay re-stamps such rows with its own transaction's txid
+--   (OutboxRestampForeign, queries/repair.sql) when it starts and on every
+--   pass of its recovery lane; a visible row never has such a txid
+--   otherwise, so the test is exact.
+-- * seq: an ordered row inserted while the table's triggers were off
+--   (session_replication_role = replica, as logical replication applies
+--   rows and pg_restore --disable-triggers loads them; ALTER TABLE ...
+--   DISABLE TRIGGER) is never sequenced, so never its aggregate's head. A
+--   committed row is always sequenced by its own COMMIT, so a visible
+--   unsequenced row is exactly such a row. outbox_ordered_unsequenced finds
+--   them; outbox_repair_unsequenced sequences them.
+-- * the sequences: logical replication copies rows but not sequences, so
+--   after a cutover the subscriber's identity sequence and outbox_seq lag
+--   behind the rows: producers' inserts collide on id, and new ordered
+--   events would be sequenced before undelivered ones.
+--   outbox_repair_sequences moves them past the rows.
+-- `pgoutbox repair` runs all of these at once; the relay runs them by itself.
+--
+-- outbox_ordered_unsequenced: every ordered row is in it from its INSERT
+-- until its COMMIT sequences it (one more index entry per ordered event);
+-- what stays in it is the rows that were never sequenced.
+CREATE INDEX outbox_ordered_unsequenced ON outbox (id)
+    WHERE ordered AND seq IS NULL;
+
+-- outbox_repair_unsequenced sequences up to max_rows visible ordered rows
+-- that have no seq, in id order (the order they were inserted in: their
+-- commit order is not known), after every row the aggregate already has,
+-- under the aggregates' locks (outbox_lock_aggregates), reading after
+-- taking them (read committed only), with outbox_seq moved past the seq of
+-- their aggregates' rows first if it is behind. The first undelivered one
+-- of an aggregate becomes its head when the aggregate's previous row (the
+-- highest seq before it) is done or there is none, as at COMMIT; every row it
+-- sequences is stamped with the current txid, so it is new to every
+-- cursor. Returns the rows sequenced.
+-- +goose StatementBegin
+CREATE FUNCTION outbox_repair_unsequenced(max_rows integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET enable_seqscan = off AS $$
+DECLARE
+    ids   bigint[];
+    a     record;
+    prev  record;
+    heads bigint[] := '{}';
+    top   bigint := 0;
+    n     integer;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'sequencing rows needs read committed, not %', current_setting('transaction_isolation');
+    END IF;
+    ids := ARRAY(SELECT u.id FROM outbox AS u WHERE u.ordered AND u.seq IS NULL ORDER BY u.id LIMIT max_rows);
+    IF cardinality(ids) = 0 THEN
+        RETURN 0;
+    END IF;
+    PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox AS u WHERE u.id = ANY (ids)));
+    FOR a IN SELECT u.aggregate_id, min(u.id) FILTER (WHERE u.status <> 'done') AS first_id
+               FROM outbox AS u
+              WHERE u.id = ANY (ids) AND u.ordered AND u.seq IS NULL
+              GROUP BY u.aggregate_id
+    LOOP
+        SELECT p.id, p.status, p.seq INTO prev
+          FROM outbox AS p
+         WHERE p.ordered AND p.seq IS NOT NULL AND p.aggregate_id = a.aggregate_id
+         ORDER BY p.aggregate_id, p.seq DESC
+         LIMIT 1;
+        IF FOUND THEN
+            top := greatest(top, prev.seq);
+        END IF;
+        IF a.first_id IS NOT NULL AND (NOT FOUND OR prev.status = 'done') THEN
+            heads := heads || a.first_id;
+        END IF;
+    END LOOP;
+    -- The rows go after every row their aggregates have, even when
+    -- outbox_seq is behind them (a copy that did not carry it).
+    IF top >= (SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM outbox_seq AS s) THEN
+        PERFORM setval('outbox_seq', top);
+    END IF;
+    UPDATE outbox AS o
+       SET seq = s.seq,
+           head = o.id = ANY (heads),
+           txid = pg_current_xact_id()
+      FROM (SELECT m.id, nextval('outbox_seq') AS seq
+              FROM (SELECT u.id
+                      FROM outbox AS u
+                     WHERE u.id = ANY (ids) AND u.ordered AND u.seq IS NULL
+                     ORDER BY u.id) AS m) AS s
+     WHERE o.id = s.id
+       AND o.seq IS NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END;
+$$;
+-- +goose StatementEnd
+
+-- outbox_repair_sequences moves the identity sequence of id and outbox_seq
+-- past the highest id and seq in the table, where they are behind (never
+-- back). With check_only it changes nothing and only says how many are
+-- behind. It looks cheaply first: the highest id (one primary key descent)
+-- and the seq of the ordered rows among the last 1,000 ids; only when one of
+-- them is ahead of its sequence (or always, with scan_all) does it read the
+-- highest seq of all ordered rows (a scan of the table). Runs as the table
+-- owner: relays and operators need no sequence grants. Returns how many
+-- sequences are (check_only) or were behind.
+-- +goose StatementBegin
+CREATE FUNCTION outbox_repair_sequences(check_only boolean, scan_all boolean) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    ids      regclass := pg_get_serial_sequence('outbox', 'id')::regclass;
+    next_id  bigint;
+    next_seq bigint := (SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM outbox_seq AS s);
+    top_id   bigint := (SELECT max(o.id) FROM outbox AS o);
+    top_seq  bigint;
+    behind   integer := 0;
+BEGIN
+    EXECUTE format('SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM %s AS s', ids) INTO next_id;
+    IF top_id >= next_id THEN
+        behind := behind + 1;
+        IF NOT check_only THEN
+            PERFORM setval(ids, top_id);
+        END IF;
+    END IF;
+    top_seq := (SELECT max(r.seq) FROM (SELECT o.seq, o.ordered FROM outbox AS o ORDER BY o.id DESC LIMIT 1000) AS r
+                 WHERE r.ordered);
+    IF scan_all OR top_seq >= next_seq THEN
+        top_seq := (SELECT max(o.seq) FROM outbox AS o WHERE o.ordered);
+    END IF;
+    IF top_seq >= next_seq THEN
+        behind := behind + 1;
+        IF NOT check_only THEN
+            PERFORM setval('outbox_seq', top_seq);
+        END IF;
+    END IF;
+    RETURN behind;
+END;
+$$;
+-- +goose StatementEnd
+
 -- Every function above runs with the search_path pinned to the table's
 -- schema (pg_temp last), as 00004 explains; CREATE OR REPLACE resets it.
 -- +goose StatementBegin
@@ -135,11 +278,18 @@ BEGIN
                    'outbox_lock_aggregates'::regproc, nsp);
     EXECUTE format('ALTER FUNCTION %s() SET search_path = %I, pg_catalog, pg_temp',
                    'outbox_commit_order'::regproc, nsp);
+    EXECUTE format('ALTER FUNCTION %s(integer) SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_repair_unsequenced'::regproc, nsp);
+    EXECUTE format('ALTER FUNCTION %s(boolean, boolean) SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_repair_sequences'::regproc, nsp);
 END;
 $$;
 -- +goose StatementEnd
 
 -- +goose Down
+DROP FUNCTION outbox_repair_sequences(boolean, boolean);
+DROP FUNCTION outbox_repair_unsequenced(integer);
+DROP INDEX outbox_ordered_unsequenced;
 DROP TRIGGER outbox_commit_order ON outbox;
 CREATE CONSTRAINT TRIGGER outbox_commit_order
     AFTER INSERT ON outbox

@@ -95,6 +95,7 @@ func commands() []command {
 		{"dead retry", "redrive dead messages (back to pending, attempts reset)", (*app).deadRetry},
 		{"dead skip", "resolve dead messages without delivering them (dead -> done)", (*app).deadSkip},
 		{"purge", "delete done messages older than a retention period", (*app).purge},
+		{"repair", "repair rows restored or replicated from another server (txids, sequencing, sequences)", (*app).repair},
 		{"init", "write the migrations and queries for your own table name into your sqlc project", (*app).initCmd},
 		{"enqueue", "insert one event (for tests and manual replays)", (*app).enqueue},
 		{"ui", "serve the web console (overview, messages, dead letters, blocked aggregates)", (*app).ui},

@@ -27,6 +27,16 @@ type statsReport struct {
 	Blocked             []blockedAggregate `json:"blocked_aggregates"`
 	BlockedTruncated    bool               `json:"blocked_aggregates_truncated"`
 	CommitWaits         commitWaits        `json:"ordered_commit_waits"`
+	Moved               movedRows          `json:"moved_rows"`
+}
+
+// movedRows is OutboxPortability: what rows brought from another server
+// (a restore, a logical replication copy, triggers turned off) left for a
+// relay, or `pgoutbox repair`, to repair.
+type movedRows struct {
+	Unsequenced     int64 `json:"unsequenced_ordered"`
+	ForeignTxids    int64 `json:"foreign_txids"`
+	SequencesBehind int32 `json:"sequences_behind"`
 }
 
 type attemptsRow struct {
@@ -182,6 +192,11 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 		return nil, err
 	}
 	rep.CommitWaits = commitWaits{Waiting: cw.WaitingCommits, LongestWaitSeconds: cw.LongestWaitSeconds}
+	mv, err := q.OutboxPortability(qctx, 100000)
+	if err != nil {
+		return nil, err
+	}
+	rep.Moved = movedRows{Unsequenced: mv.Unsequenced, ForeignTxids: mv.ForeignTxids, SequencesBehind: mv.SequencesBehind}
 	return rep, nil
 }
 
@@ -241,4 +256,19 @@ func renderStats(w io.Writer, r *statsReport) {
 	fmt.Fprintf(tw, "  waiting commits:\t%d\n", r.CommitWaits.Waiting)
 	fmt.Fprintf(tw, "  longest wait:\t%s\n", humanAge(r.CommitWaits.LongestWaitSeconds))
 	_ = tw.Flush()
+
+	if m := r.Moved; m.Unsequenced > 0 || m.ForeignTxids > 0 || m.SequencesBehind > 0 {
+		fmt.Fprint(w, "\nrows from another server (a running relay repairs them; or run `pgoutbox repair`)\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		if m.Unsequenced > 0 {
+			fmt.Fprintf(tw, "  %d ordered rows inserted with triggers off are not sequenced\t(never delivered until sequenced)\n", m.Unsequenced)
+		}
+		if m.ForeignTxids > 0 {
+			fmt.Fprintf(tw, "  %d pending rows carry a txid this server has not assigned\t(restored or replicated; never claimed until re-stamped)\n", m.ForeignTxids)
+		}
+		if m.SequencesBehind > 0 {
+			fmt.Fprintf(tw, "  %d sequences are behind the rows\t(new inserts collide on id or are ordered before older events)\n", m.SequencesBehind)
+		}
+		_ = tw.Flush()
+	}
 }
