@@ -731,6 +731,21 @@ type Querier interface {
 	// snapshot's xmax on (one descent each when nothing is found).
 	// Rows affected: rows re-stamped; 0 is the normal case.
 	OutboxRestampForeign(ctx context.Context, maxRows int32) (int64, error)
+	// Session settings of pgoutbox's own connections (the relay's pool and
+	// LISTEN connection, the CLI's and the console's connections).
+	// OutboxSessionSettings makes the session what pgoutbox's statements need,
+	// whatever the database or role sets (ALTER DATABASE / ALTER ROLE ... SET):
+	// READ COMMITTED transactions (the claims' FOR UPDATE SKIP LOCKED would fail
+	// with serialization errors in REPEATABLE READ or SERIALIZABLE, and the
+	// functions that read after taking the aggregates' locks refuse to run),
+	// and no server-side statement, lock, idle-in-transaction or transaction
+	// timeout: every statement is bounded by the caller's own timeout
+	// (ClaimTimeout, WriteTimeout), and the relay tells a claim that waited for
+	// a lock from one that failed. A setting that already has the value needed
+	// is left alone, so on a database with the defaults nothing is set.
+	// Session-level (set_config(..., false)): run once per connection.
+	// Lock strategy: none. Always one row.
+	OutboxSessionSettings(ctx context.Context) error
 	// OutboxSkipDead resolves a dead message without delivering it: dead -> done,
 	// which unblocks an ordered aggregate. last_error keeps why it died, prefixed
 	// with the operator's reason.

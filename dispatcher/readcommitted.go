@@ -15,7 +15,12 @@ import (
 // heads, sequencing rows) need a fresh snapshot per statement, and refuse
 // to run otherwise. The transaction commits when fn returns nil.
 func (d *Dispatcher) inReadCommitted(ctx context.Context, fn func(q *db.Queries) error) error {
-	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	conn, err := d.plans.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,10 @@ func (a *app) resolveDatabase(f *flags, flagValue string) (*database, error) {
 	if !strings.Contains(d.raw, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
+	// Whatever the database or role sets (default_transaction_isolation,
+	// statement_timeout, lock_timeout, idle_in_transaction_session_timeout),
+	// every connection of every command gets what pgoutbox needs.
+	cfg.AfterConnect = dispatcher.PrepareSession
 	d.cfg = cfg
 	return d, nil
 }
