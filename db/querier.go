@@ -751,6 +751,15 @@ type Querier interface {
 	// with the operator's reason.
 	// 0 rows: no such id, or it is not dead (nothing changed).
 	OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error)
+	// OutboxTableLocked reports whether another session holds, or waits for, a
+	// lock on the outbox table that conflicts with the ROW EXCLUSIVE lock every
+	// claim takes (SHARE and stronger: CREATE INDEX, most ALTER TABLE, LOCK
+	// TABLE, VACUUM FULL). The dispatcher asks after a claim ran out of
+	// ClaimTimeout: a claim that waited for such a lock goes on from where it
+	// was once the lock is gone; any other timed-out claim is isolated.
+	// Lock strategy: none (pg_locks is the lock manager's memory; the regclass
+	// cast takes no lock).
+	OutboxTableLocked(ctx context.Context) (bool, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -754,3 +754,30 @@ func (q *Queries) OutboxResolveHeads(ctx context.Context, maxRows int32) (int32,
 	err := row.Scan(&decided)
 	return decided, err
 }
+
+const outboxTableLocked = `-- name: OutboxTableLocked :one
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_catalog.pg_locks AS l
+     WHERE l.locktype = 'relation'
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+       AND l.relation = 'outbox'::regclass
+       AND l.pid <> pg_backend_pid()
+       AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+) AS locked
+`
+
+// OutboxTableLocked reports whether another session holds, or waits for, a
+// lock on the outbox table that conflicts with the ROW EXCLUSIVE lock every
+// claim takes (SHARE and stronger: CREATE INDEX, most ALTER TABLE, LOCK
+// TABLE, VACUUM FULL). The dispatcher asks after a claim ran out of
+// ClaimTimeout: a claim that waited for such a lock goes on from where it
+// was once the lock is gone; any other timed-out claim is isolated.
+// Lock strategy: none (pg_locks is the lock manager's memory; the regclass
+// cast takes no lock).
+func (q *Queries) OutboxTableLocked(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, outboxTableLocked)
+	var locked bool
+	err := row.Scan(&locked)
+	return locked, err
+}

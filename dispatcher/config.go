@@ -280,11 +280,14 @@ type Config struct {
 
 	// ClaimTimeout bounds one claim statement (and the reap, and each
 	// statement of the isolation path and the recovery lane). A claim that
-	// fails with a data or resource error (SQLSTATE class 22, 54, 53200) or
-	// runs out of this time falls back to the isolation path, which claims
-	// without payloads and reads each message alone, so a row that cannot be
-	// returned goes to dead instead of stopping every claim.
-	// Defaults to ClaimTimeoutDefault (30s).
+	// runs out of this time while the table is locked against it (DDL such
+	// as CREATE INDEX or ALTER TABLE, a LOCK TABLE) is claimed again from
+	// where it was, and goes on at full speed once the lock is gone. A claim
+	// that fails with a data or resource error (SQLSTATE class 22, 54,
+	// 53200) or runs out of this time otherwise falls back to the isolation
+	// path, which claims without payloads and reads each message alone, so a
+	// row that cannot be returned goes to dead instead of stopping every
+	// claim. Defaults to ClaimTimeoutDefault (30s).
 	ClaimTimeout time.Duration
 
 	// WriteTimeout bounds each attempt of a fenced write (finalize,

@@ -409,8 +409,13 @@ func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int
 // hold's last 30 s. So it needs a pool of 8 (pgxpool's default from 8 cores).
 const concurrentClaimConns = 8
 
-// claimKind claims up to n messages of kind, falling back to the isolation
-// path when the claim failed on a row or timed out.
+// claimKind claims up to n messages of kind. A claim that ran out of
+// ClaimTimeout while the table is locked against it (DDL such as CREATE
+// INDEX or ALTER TABLE, a LOCK TABLE) returns its error and leaves the cursor
+// where it was: the next claim waits for the lock again and, once it is
+// gone, goes on from the same keyset at full speed. A claim that failed with
+// an error one row can cause, or ran out of time otherwise, falls back to
+// the isolation path, which reads the claimed rows one at a time.
 func (d *Dispatcher) claimKind(ctx context.Context, kind ClaimMode, n int, jobs chan<- *job, rel *releaser) (int, error) {
 	var got int
 	var err error
@@ -418,6 +423,12 @@ func (d *Dispatcher) claimKind(ctx context.Context, kind ClaimMode, n int, jobs 
 		got, err = d.claimUnordered(ctx, n, jobs)
 	} else {
 		got, err = d.claimOrdered(ctx, n, jobs)
+	}
+	if err != nil && isTimeout(ctx, err) && d.tableLocked(ctx) {
+		d.metrics.lockWaits.Add(1)
+		d.log.Warn("claim timed out waiting for a lock on the outbox table (DDL or LOCK TABLE); it goes on from where it was once the lock is gone",
+			slog.String("kind", kind.String()), slog.Duration("claim_timeout", d.cfg.ClaimTimeout))
+		return 0, fmt.Errorf("%w: %w", errTableLocked, err)
 	}
 	if err != nil && (isRowError(err) || isTimeout(ctx, err)) {
 		// One row may be what fails the whole claim (it cannot be
@@ -428,6 +439,20 @@ func (d *Dispatcher) claimKind(ctx context.Context, kind ClaimMode, n int, jobs 
 		got, err = d.isolate(ctx, kind, n, jobs, rel)
 	}
 	return got, err
+}
+
+// errTableLocked wraps a claim's timeout when the outbox table was locked
+// against the claim.
+var errTableLocked = errors.New("the outbox table is locked")
+
+// tableLocked reports whether a lock that conflicts with the claims' ROW
+// EXCLUSIVE lock is held or awaited on the outbox table
+// (OutboxTableLocked). When it cannot tell, it says no.
+func (d *Dispatcher) tableLocked(ctx context.Context) bool {
+	lctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	defer cancel()
+	locked, err := d.q.OutboxTableLocked(lctx)
+	return err == nil && locked
 }
 
 // dbError logs a database error and sleeps a capped, jittered backoff. It

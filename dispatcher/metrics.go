@@ -36,6 +36,7 @@ type Stats struct {
 	DBErrors      int64 // transient database errors retried
 	Flushes       int64 // batched finalize statements
 	Isolations    int64 // claims that failed and fell back to the isolation path
+	LockWaits     int64 // claims that ran out of ClaimTimeout while the table was locked against them (DDL), resumed where they were
 	Unreadable    int64 // messages sent to dead because their row could not be read
 	Requeued      int64 // pending messages the claim cursor had passed, recovered by the sweep, and heads repaired (normally 0)
 	Repaired      int64 // rows and sequences brought from another server that were repaired: txids re-stamped, rows sequenced, sequences moved on (normally 0)
@@ -85,7 +86,7 @@ type metrics struct {
 	outcomeAttrs                                                                                                  [numOutcomes]metric.AddOption
 	publishAttrs                                                                                                  [2][]metric.RecordOption // ok=false, ok=true (built once, slices included: a variadic argument built per call escapes, one allocation per publish)
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable, requeued atomic.Int64
-	idleWaits, listens, repaired                                                                                  atomic.Int64
+	idleWaits, listens, repaired, lockWaits                                                                       atomic.Int64
 
 	mu    sync.Mutex
 	queue QueueStats
@@ -238,7 +239,7 @@ func (d *Dispatcher) Stats() Stats {
 		Released: m.outcomes[outReleased].Load(), NearExpiry: m.outcomes[outNearExpiry].Load(), Panics: m.outcomes[outPanic].Load(),
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
-		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(), Repaired: m.repaired.Load(),
+		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(), Repaired: m.repaired.Load(), LockWaits: m.lockWaits.Load(),
 		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),
 		IdleWaits: m.idleWaits.Load(), Listens: m.listens.Load(),
 		Queue: m.queueStats(),

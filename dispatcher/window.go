@@ -79,7 +79,7 @@ func (c claimCursor) begin(pre db.OutboxClaimSnapshotRow) claimCursor {
 // opened it: a claim that continues the window (the previous one came back
 // full) needs no OutboxClaimSnapshot of its own. The window's upper bound is
 // fixed until a claim comes back short, and the row's time, earlier than a
-// new one would be, only makes the due mark of advance or abandon earlier,
+// new one would be, only makes the due mark of advance earlier,
 // the safe side. A server change in the middle of a window is noticed by the
 // snapshot that opens the next one (sameServer) and the cursor starts over
 // then: a continuing claim on the new server claims only committed rows, and
@@ -117,27 +117,6 @@ func (c claimCursor) advance(pre db.OutboxClaimSnapshotRow, rows []windowRow, ba
 		}
 	}
 	return c
-}
-
-// abandon handles a window claim that failed on a row (a payload that cannot
-// be returned: a data or resource error) or timed out. Such a claim fails
-// the same way every time it is retried, and its statement may go on holding
-// the rows' locks on the server for a while after the client gave up. So the
-// window is given up: the cursor moves past it as if it had been handed out,
-// and the recovery lane's sweep, forced at its next pass, claims its rows
-// without payloads (OutboxClaimPassed) and publishes each alone, so the one
-// bad row fails only itself (rows still locked are taken at a later sweep).
-// Any other error (the connection) leaves the cursor as it was.
-func (d *Dispatcher) abandon(ctx context.Context, w *windowState, cur claimCursor, pre db.OutboxClaimSnapshotRow, err error) {
-	if !isRowError(err) && !isTimeout(ctx, err) {
-		return
-	}
-	w.mu.Lock()
-	w.cur = claimCursor{lower: cur.upper, lowerXmax: cur.upperXmax, dueAfter: pre.At, server: cur.server}
-	w.mu.Unlock()
-	d.window.mu.Lock() // the sweep's clock lives in d.window for both kinds
-	d.window.lastSweep = time.Time{}
-	d.window.mu.Unlock()
 }
 
 // windowState is the cursor shared by the claim loop (which moves it) and
@@ -254,7 +233,10 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 		rows, err = d.q.OutboxClaimWindow(cctx, params)
 	}
 	if err != nil {
-		d.abandon(ctx, w, cur, pre, err)
+		// The cursor stays where it was (w is not moved): the next claim
+		// reads the same window from the same keyset, whether this one
+		// waited for a lock (claimKind waits for it to go) or failed on a
+		// row (claimKind isolates the rows first).
 		return 0, err
 	}
 	keys := make([]windowRow, len(rows))
