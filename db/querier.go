@@ -529,6 +529,17 @@ type Querier interface {
 	// the previous page as @after_id, 0 for the first), optionally filtered.
 	// Index: outbox_dead.
 	OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]*OutboxListDeadRow, error)
+	// OutboxLockAggregatesOfIds takes the advisory locks of the aggregates of
+	// the ordered rows among @ids, all at once and in key order
+	// (outbox_lock_aggregates, migration 00008: the order producers' COMMITs
+	// take them in). A transaction that then makes several ordered heads done
+	// one statement at a time (OutboxSkipDead per id) already holds every lock
+	// their hand-offs take, so it never waits for a producer while holding a
+	// lock that producer needs: no "deadlock detected" for either.
+	// Lock strategy: pg_advisory_xact_lock per aggregate, in key order, held to
+	// the end of the transaction. Index: the primary key.
+	// Returns the number of locks taken.
+	OutboxLockAggregatesOfIds(ctx context.Context, ids []int64) (int32, error)
 	// OutboxMarkDead sends a message to dead for a person to look at: a permanent
 	// failure, or retries exhausted. In an ordered aggregate a dead head blocks
 	// the aggregate until someone redrives or skips it.

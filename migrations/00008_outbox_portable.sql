@@ -264,6 +264,76 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- The head hand-off and the head decisions of 00005, their locks taken
+-- through outbox_lock_aggregates (the rest as 00005 wrote them).
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_head_handoff() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET enable_seqscan = off AS $$
+BEGIN
+    PERFORM outbox_lock_aggregates(ARRAY[NEW.aggregate_id]);
+    UPDATE outbox
+       SET head = true,
+           txid = pg_current_xact_id()
+     WHERE id = (SELECT s.id
+                   FROM outbox AS s
+                  WHERE s.ordered
+                    AND s.seq IS NOT NULL
+                    AND s.status IN ('pending', 'processing', 'dead')
+                    AND s.aggregate_id = NEW.aggregate_id
+                    AND s.seq > NEW.seq
+                  ORDER BY s.aggregate_id, s.seq
+                  LIMIT 1)
+       AND head IS NOT TRUE;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_resolve_heads(max_rows integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET enable_seqscan = off AS $$
+DECLARE
+    ids bigint[];
+    n   integer;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'deciding heads needs read committed, not %', current_setting('transaction_isolation');
+    END IF;
+    SELECT array_agg(u.id) INTO ids
+      FROM (SELECT u.id
+              FROM outbox AS u
+             WHERE u.ordered AND u.head IS NULL AND u.seq IS NOT NULL
+             ORDER BY u.id
+             LIMIT max_rows) AS u;
+    IF ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox AS u WHERE u.id = ANY (ids)));
+    UPDATE outbox AS o
+       SET head = (d.prev_id IS NULL OR d.prev_status = 'done'),
+           txid = pg_current_xact_id()
+      FROM (SELECT u.id, p.id AS prev_id, p.status AS prev_status
+              FROM outbox AS u
+              LEFT JOIN LATERAL (
+                    SELECT p.id, p.status
+                      FROM outbox AS p
+                     WHERE p.ordered
+                       AND p.seq IS NOT NULL
+                       AND p.aggregate_id = u.aggregate_id
+                       AND p.seq < u.seq
+                     ORDER BY p.aggregate_id, p.seq DESC
+                     LIMIT 1) AS p ON true
+             WHERE u.id = ANY (ids)) AS d
+     WHERE o.id = d.id
+       AND o.head IS NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END;
+$$;
+-- +goose StatementEnd
+
 -- Every function above runs with the search_path pinned to the table's
 -- schema (pg_temp last), as 00004 explains; CREATE OR REPLACE resets it.
 -- +goose StatementBegin
@@ -280,6 +350,10 @@ BEGIN
                    'outbox_commit_order'::regproc, nsp);
     EXECUTE format('ALTER FUNCTION %s(integer) SET search_path = %I, pg_catalog, pg_temp',
                    'outbox_repair_unsequenced'::regproc, nsp);
+    EXECUTE format('ALTER FUNCTION %s() SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_head_handoff'::regproc, nsp);
+    EXECUTE format('ALTER FUNCTION %s(integer) SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_resolve_heads'::regproc, nsp);
     EXECUTE format('ALTER FUNCTION %s(boolean, boolean) SET search_path = %I, pg_catalog, pg_temp',
                    'outbox_repair_sequences'::regproc, nsp);
 END;
@@ -287,6 +361,92 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
+-- outbox_head_handoff and outbox_resolve_heads as 00005 wrote them.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_head_handoff() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET enable_seqscan = off AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock((TG_RELID::bigint << 32) | (hashtext(NEW.aggregate_id)::bigint & 4294967295));
+    UPDATE outbox
+       SET head = true,
+           txid = pg_current_xact_id()
+     WHERE id = (SELECT s.id
+                   FROM outbox AS s
+                  WHERE s.ordered
+                    AND s.seq IS NOT NULL
+                    AND s.status IN ('pending', 'processing', 'dead')
+                    AND s.aggregate_id = NEW.aggregate_id
+                    AND s.seq > NEW.seq
+                  ORDER BY s.aggregate_id, s.seq
+                  LIMIT 1)
+       AND head IS NOT TRUE;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_resolve_heads(max_rows integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET enable_seqscan = off AS $$
+DECLARE
+    ids bigint[];
+    n   integer;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'deciding heads needs read committed, not %', current_setting('transaction_isolation');
+    END IF;
+    SELECT array_agg(u.id) INTO ids
+      FROM (SELECT u.id
+              FROM outbox AS u
+             WHERE u.ordered AND u.head IS NULL AND u.seq IS NOT NULL
+             ORDER BY u.id
+             LIMIT max_rows) AS u;
+    IF ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM pg_advisory_xact_lock(k.key)
+       FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(u.aggregate_id)::bigint & 4294967295) AS key
+               FROM outbox AS u
+              WHERE u.id = ANY (ids)
+              ORDER BY 1) AS k;
+    UPDATE outbox AS o
+       SET head = (d.prev_id IS NULL OR d.prev_status = 'done'),
+           txid = pg_current_xact_id()
+      FROM (SELECT u.id, p.id AS prev_id, p.status AS prev_status
+              FROM outbox AS u
+              LEFT JOIN LATERAL (
+                    SELECT p.id, p.status
+                      FROM outbox AS p
+                     WHERE p.ordered
+                       AND p.seq IS NOT NULL
+                       AND p.aggregate_id = u.aggregate_id
+                       AND p.seq < u.seq
+                     ORDER BY p.aggregate_id, p.seq DESC
+                     LIMIT 1) AS p ON true
+             WHERE u.id = ANY (ids)) AS d
+     WHERE o.id = d.id
+       AND o.head IS NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+DO $$
+DECLARE
+    nsp text := (SELECT n.nspname
+                   FROM pg_catalog.pg_class AS c
+                   JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+                  WHERE c.oid = 'outbox'::regclass);
+BEGIN
+    EXECUTE format('ALTER FUNCTION %s() SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_head_handoff'::regproc, nsp);
+    EXECUTE format('ALTER FUNCTION %s(integer) SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_resolve_heads'::regproc, nsp);
+END;
+$$;
+-- +goose StatementEnd
 DROP FUNCTION outbox_repair_sequences(boolean, boolean);
 DROP FUNCTION outbox_repair_unsequenced(integer);
 DROP INDEX outbox_ordered_unsequenced;

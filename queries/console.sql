@@ -313,15 +313,15 @@ RETURNING id;
 -- name: OutboxConsoleSkipDeadMany :many
 WITH handoff_locks AS (
     -- The head hand-off (migration 00005) locks each ordered row's
-    -- aggregate; taken here first, all at once and in key order (the order
-    -- producers' COMMITs take them), so a batch can never deadlock with a
-    -- producer that writes two of its aggregates, or with another batch.
-    SELECT count(pg_advisory_xact_lock(k.key)) AS n
-      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+    -- aggregate; taken here first, all at once and in key order through
+    -- outbox_lock_aggregates (migration 00008, as producers' COMMITs take
+    -- them), so a batch can never deadlock with a producer that writes two
+    -- of its aggregates, or with another batch.
+    SELECT outbox_lock_aggregates(ARRAY(
+            SELECT l.aggregate_id
               FROM outbox AS l
              WHERE l.id = ANY (@ids::bigint[])
-               AND l.ordered
-             ORDER BY 1) AS k
+               AND l.ordered)) AS n
 )
 UPDATE outbox
    SET status     = 'done',
