@@ -17,6 +17,13 @@
 //	go run ./chaos -seed 1 -duration 2m -events 50000 -relays 4
 //	go run ./chaos -seed 42 -duration 32m -events 200000 -relays 4 -out RELIABILITY.md -section long
 //	go run ./chaos -failover -seed 1 -duration 90s -events 30000 -relays 4
+//
+// With -datamove it runs the data-moves scenario instead (datamove.go): the
+// outbox is dumped and restored into a second cluster, then moved to a third
+// by a logical replication cutover, under live producers and relays; every
+// committed event must be delivered, ordered ones in commit order.
+//
+//	go run ./chaos -datamove -seed 1 -duration 45s -relays 3
 package main
 
 import (
@@ -53,6 +60,7 @@ type options struct {
 	keep           bool
 	failover       bool // a synchronous standby, promoted mid-run (failover.go)
 	pgbouncer      bool
+	datamove       bool // the data-moves scenario (datamove.go)
 	args           []string
 }
 
@@ -79,6 +87,8 @@ func main() {
 	flag.BoolVar(&o.failover, "failover", false, "add a synchronous streaming standby; mid-run stop the primary hard and promote the standby "+
 		"(everyone connects through a multi-host URL); replaces the PostgreSQL restarts")
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "route producers and relays through a throwaway PgBouncer in transaction mode (Debian's pgbouncer); relays LISTEN on a direct connection (--listen-url)")
+	flag.BoolVar(&o.datamove, "datamove", false, "the data-moves scenario instead of the faults: dump and restore into a second cluster (the source past xid epoch 0), "+
+		"then a logical replication cutover to a third, under live producers and relays (-duration is split between the three servers)")
 	flag.Parse()
 	o.args = os.Args[1:]
 	if err := o.validate(); err != nil {
@@ -97,6 +107,18 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.datamove {
+		res, err := runDataMove(ctx, o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			os.Exit(2)
+		}
+		if !res.OK() {
+			fmt.Fprintln(os.Stderr, "chaos: INVARIANTS VIOLATED")
+			os.Exit(1)
+		}
+		return
+	}
 	res, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
