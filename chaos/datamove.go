@@ -234,15 +234,9 @@ func runDataMove(ctx context.Context, o options) (*dmResult, error) {
 			os.RemoveAll(tmp)
 		}
 	}()
-	bin := o.bin
-	if bin == "" {
-		bin = filepath.Join(tmp, "pgoutbox")
-		say("building pgoutbox")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgoutbox")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build ./cmd/pgoutbox: %w\n%s", err, out)
-		}
+	bin, err := relayBinary(ctx, o, root, tmp, say)
+	if err != nil {
+		return nil, err
 	}
 
 	settings := map[string]string{"fsync": "off", "max_connections": "100"}

@@ -107,19 +107,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var res interface{ OK() bool }
+	var err error
 	if o.datamove {
-		res, err := runDataMove(ctx, o)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "chaos:", err)
-			os.Exit(2)
-		}
-		if !res.OK() {
-			fmt.Fprintln(os.Stderr, "chaos: INVARIANTS VIOLATED")
-			os.Exit(1)
-		}
-		return
+		res, err = runDataMove(ctx, o)
+	} else {
+		res, err = run(ctx, o)
 	}
-	res, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)

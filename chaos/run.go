@@ -68,15 +68,9 @@ func run(ctx context.Context, o options) (*Result, error) {
 		fmt.Printf("  %6.1fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	bin := o.bin
-	if bin == "" {
-		bin = filepath.Join(tmp, "pgoutbox")
-		say("building pgoutbox")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgoutbox")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build ./cmd/pgoutbox: %w\n%s", err, out)
-		}
+	bin, err := relayBinary(ctx, o, root, tmp, say)
+	if err != nil {
+		return nil, err
 	}
 
 	say("starting a throwaway PostgreSQL")
@@ -353,6 +347,21 @@ loop:
 		fmt.Printf("figures written to %s (%s run section)\n", o.out, o.section)
 	}
 	return res, nil
+}
+
+// relayBinary is -bin, or else pgoutbox built from the module into tmp.
+func relayBinary(ctx context.Context, o options, root, tmp string, say func(string, ...any)) (string, error) {
+	if o.bin != "" {
+		return o.bin, nil
+	}
+	bin := filepath.Join(tmp, "pgoutbox")
+	say("building pgoutbox")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgoutbox")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/pgoutbox: %w\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // extraChecks folds the run-level checks into the result.

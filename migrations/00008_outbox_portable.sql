@@ -201,7 +201,7 @@ BEGIN
     END LOOP;
     -- The rows go after every row their aggregates have, even when
     -- outbox_seq is behind them (a copy that did not carry it).
-    IF top >= (SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM outbox_seq AS s) THEN
+    IF top >= outbox_sequence_next('outbox_seq') THEN
         PERFORM setval('outbox_seq', top);
     END IF;
     UPDATE outbox AS o
@@ -221,6 +221,20 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- outbox_sequence_next is the value nextval(seq) would return next,
+-- without taking it (last_value, and whether it was handed out yet).
+-- +goose StatementBegin
+CREATE FUNCTION outbox_sequence_next(seq regclass) RETURNS bigint
+    LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+BEGIN
+    EXECUTE format('SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM %s AS s', seq) INTO n;
+    RETURN n;
+END;
+$$;
+-- +goose StatementEnd
+
 -- outbox_repair_sequences moves the identity sequence of id and outbox_seq
 -- past the highest id and seq in the table, where they are behind (never
 -- back). With check_only it changes nothing and only says how many are
@@ -234,29 +248,31 @@ $$;
 CREATE FUNCTION outbox_repair_sequences(check_only boolean, scan_all boolean) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
-    ids      regclass := pg_get_serial_sequence('outbox', 'id')::regclass;
-    next_id  bigint;
-    next_seq bigint := (SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM outbox_seq AS s);
-    top_id   bigint := (SELECT max(o.id) FROM outbox AS o);
-    top_seq  bigint;
-    behind   integer := 0;
+    ids     regclass := pg_get_serial_sequence('outbox', 'id')::regclass;
+    top_id  bigint;
+    top_seq bigint;
+    next_id bigint;
+    behind  integer := 0;
 BEGIN
-    EXECUTE format('SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM %s AS s', ids) INTO next_id;
+    -- The rows first, the sequences after: a sequence only moves forward, so
+    -- a value read after the rows is never behind them unless it really is.
+    top_id := (SELECT max(o.id) FROM outbox AS o);
+    top_seq := (SELECT max(r.seq) FROM (SELECT o.seq, o.ordered FROM outbox AS o ORDER BY o.id DESC LIMIT 1000) AS r
+                 WHERE r.ordered);
+    IF scan_all OR top_seq >= outbox_sequence_next('outbox_seq') THEN
+        top_seq := (SELECT max(o.seq) FROM outbox AS o WHERE o.ordered);
+    END IF;
+    next_id := outbox_sequence_next(ids);
     IF top_id >= next_id THEN
         behind := behind + 1;
         IF NOT check_only THEN
-            PERFORM setval(ids, top_id);
+            PERFORM setval(ids, greatest(top_id, outbox_sequence_next(ids) - 1));
         END IF;
     END IF;
-    top_seq := (SELECT max(r.seq) FROM (SELECT o.seq, o.ordered FROM outbox AS o ORDER BY o.id DESC LIMIT 1000) AS r
-                 WHERE r.ordered);
-    IF scan_all OR top_seq >= next_seq THEN
-        top_seq := (SELECT max(o.seq) FROM outbox AS o WHERE o.ordered);
-    END IF;
-    IF top_seq >= next_seq THEN
+    IF top_seq >= outbox_sequence_next('outbox_seq') THEN
         behind := behind + 1;
         IF NOT check_only THEN
-            PERFORM setval('outbox_seq', top_seq);
+            PERFORM setval('outbox_seq', greatest(top_seq, outbox_sequence_next('outbox_seq') - 1));
         END IF;
     END IF;
     RETURN behind;
@@ -356,6 +372,8 @@ BEGIN
                    'outbox_resolve_heads'::regproc, nsp);
     EXECUTE format('ALTER FUNCTION %s(boolean, boolean) SET search_path = %I, pg_catalog, pg_temp',
                    'outbox_repair_sequences'::regproc, nsp);
+    EXECUTE format('ALTER FUNCTION %s(regclass) SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_sequence_next'::regproc, nsp);
 END;
 $$;
 -- +goose StatementEnd
@@ -448,6 +466,7 @@ END;
 $$;
 -- +goose StatementEnd
 DROP FUNCTION outbox_repair_sequences(boolean, boolean);
+DROP FUNCTION outbox_sequence_next(regclass);
 DROP FUNCTION outbox_repair_unsequenced(integer);
 DROP INDEX outbox_ordered_unsequenced;
 DROP TRIGGER outbox_commit_order ON outbox;

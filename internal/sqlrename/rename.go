@@ -145,7 +145,7 @@ type strCtx struct {
 // objectCallees take a relation or function name as their first argument.
 var objectCallees = map[string]bool{
 	"nextval": true, "setval": true, "currval": true, "to_regclass": true, "to_regproc": true,
-	"to_regprocedure": true, "pg_get_serial_sequence": true, "pg_sequence_last_value": true,
+	"to_regprocedure": true, "pg_get_serial_sequence": true, "pg_sequence_last_value": true, "outbox_sequence_next": true,
 }
 
 // searchedAfter reports whether an identifier that follows the code words
