@@ -106,7 +106,7 @@ func TestUsage_BadFlagValuesSayWhichFlagAndWhatIsExpected(t *testing.T) {
 		{"enqueue missing event type", "enqueue --aggregate-type a --aggregate-id 1 --payload {}", "--event-type is required"},
 		{"enqueue bad header", "enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {} --header novalue", `invalid --header "novalue": expected name=value`},
 		{"enqueue bad time", "enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {} --available-at tomorrow", `invalid --available-at "tomorrow": expected an RFC 3339 time`},
-		{"migrate down to", "migrate down --to 99", "--to must be between 0 and 7, got 99"},
+		{"migrate down to", "migrate down --to 99", "--to must be between 0 and 8, got 99"},
 		{"init without table", "init --dir x", "--table is required"},
 		{"init reserved word", "init --table user --dir x", `invalid --table "user": it is a reserved SQL key word`},
 		{"init bad characters", "init --table Billing-Outbox --dir x", `invalid --table "Billing-Outbox": use 1-63 characters among lower-case letters, digits and '_'`},
