@@ -36,7 +36,7 @@ const (
 	ShutdownTimeoutDefault    = 10 * time.Second
 	ReapIntervalDefault       = time.Second
 	ChannelDefault            = "outbox"
-	DatabaseRetryMaxDefault   = 5 * time.Second
+	DatabaseRetryMaxDefault   = time.Second // the longest wait between two attempts to reach the database (claims, recovery, LISTEN): a server back from a restart or a failover is used again within about a second
 	StatsIntervalDefault      = 15 * time.Second
 	MaxPayloadBytesDefault    = 1 << 20
 	MaxIdentifierBytesDefault = 255
