@@ -79,9 +79,14 @@ func burnXids(t *testing.T, pool *pgxpool.Pool, n int) {
 func TestCrashRestart_ReusedTxidIsDeliveredAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	// Asynchronous commit, and nothing that would flush the WAL before the
+	// crash: no WAL writer round for 10 s, no background writes of dirty
+	// pages (each flushes the WAL up to its page first), no autovacuum, no
+	// checkpoint.
 	c, pool := migratedCluster(t, pgcluster.Options{Settings: map[string]string{
 		"fsync": "off", "max_connections": "40", "synchronous_commit": "off",
 		"wal_writer_delay": "10000ms", "wal_writer_flush_after": "0", "checkpoint_timeout": "1h",
+		"bgwriter_lru_maxpages": "0", "autovacuum": "off",
 	}})
 	proxy := tcpproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", c.Port()))
 	relayURL := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2", proxy.Addr())
