@@ -51,6 +51,7 @@ type options struct {
 type app struct {
 	options
 	secrets *redact.Scrubber // passwords and tokens seen in this invocation
+	dbUser  string           // the role the command connects as (for grant hints)
 	stderr  io.Writer        // options.stderr behind the scrubber
 	table   string           // --table of the command (default outbox)
 	schema  string           // --schema of the command (default none)

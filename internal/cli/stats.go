@@ -17,6 +17,7 @@ import (
 
 // statsReport is one reading of the monitoring queries (the --json shape).
 type statsReport struct {
+	Table               string             `json:"table"`
 	At                  time.Time          `json:"at"`
 	ByStatus            map[string]int64   `json:"by_status"`
 	OldestAgeSeconds    float64            `json:"oldest_undelivered_age_seconds"`
@@ -138,7 +139,7 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
 	q := a.queries(tx)
-	rep := &statsReport{At: a.now().UTC(), ByStatus: map[string]int64{}, StalledAfterSeconds: stalledAfter.Seconds(),
+	rep := &statsReport{Table: a.tableName(), At: a.now().UTC(), ByStatus: map[string]int64{}, StalledAfterSeconds: stalledAfter.Seconds(),
 		Attempts: []attemptsRow{}, Blocked: []blockedAggregate{}}
 	for _, s := range []string{"pending", "processing", "done", "dead"} {
 		rep.ByStatus[s] = 0
@@ -187,7 +188,7 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 
 func renderStats(w io.Writer, r *statsReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "outbox at %s\n\n", formatTime(r.At))
+	fmt.Fprintf(tw, "%s at %s\n\n", r.Table, formatTime(r.At))
 	fmt.Fprintln(tw, "STATUS\tCOUNT")
 	for _, s := range []string{"pending", "processing", "done", "dead"} {
 		fmt.Fprintf(tw, "%s\t%d\n", s, r.ByStatus[s])
