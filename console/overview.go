@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
 // overview is the overview page.
@@ -23,8 +24,9 @@ type overview struct {
 	StalledAfter     time.Duration
 	Throughput       chart
 	Latency          chart
-	Delivered        int64                    // last hour (exact below the per-minute cap)
-	Estimated        bool                     // some minute reached the cap: rates are estimates
+	Delivered        int64 // last hour (exact below the per-minute cap)
+	Estimated        bool  // some minute reached the cap: rates are estimates
+	Horizon          dispatcher.Horizon
 	Moved            *db.OutboxPortabilityRow // rows from another server a relay (or pgoutbox repair) has yet to repair
 }
 
@@ -51,7 +53,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		minutes                            []*db.OutboxConsoleDeliveredPerMinuteRow
 		blocked                            int64
 		errNow, errCounts, errExp, errLeas error
-		errMin, errBlk, errMoved           error
+		errMin, errBlk, errHor, errMoved   error
 		wg                                 sync.WaitGroup
 	)
 	// Independent reads, run side by side on the pool.
@@ -73,11 +75,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		blocked, errBlk = c.q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{
 			StalledAfter: c.cfg.StalledAfter, Cap: int32(c.cfg.CountCap)})
 	})
+	run(func(ctx context.Context) { o.Horizon, errHor = dispatcher.ReadHorizon(ctx, c.q, 3) })
 	run(func(ctx context.Context) {
 		o.Moved, errMoved = c.q.OutboxPortability(ctx, int32(c.cfg.CountCap))
 	})
 	wg.Wait()
-	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk, errMoved} {
+	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk, errHor, errMoved} {
 		if err != nil {
 			c.fail(w, r, start, err)
 			return

@@ -53,6 +53,7 @@ type QueueStats struct {
 	OldestAgeSeconds  float64
 	ExpiredLeases     int64
 	BlockedAggregates int64
+	Horizon           Horizon // who holds the oldest snapshot, and the table's dead tuples
 	// Rows from another server that nothing delivers until they are
 	// repaired (OutboxPortability; a relay repairs them on its recovery
 	// lane, `pgoutbox repair` at once): ordered rows inserted with the
@@ -97,10 +98,11 @@ type metrics struct {
 	e2eHist        metric.Float64Histogram
 	flushHist      metric.Int64Histogram
 
-	meter                                            metric.Meter
-	depthGauge, ageGauge, expiredGauge, blockedGauge metric.Int64ObservableGauge
-	unrepairedGauge                                  metric.Int64ObservableGauge
-	unrepairedAttrs                                  [3]metric.ObserveOption // unsequenced, foreign_txid, sequence_behind
+	meter                                             metric.Meter
+	depthGauge, ageGauge, expiredGauge, blockedGauge  metric.Int64ObservableGauge
+	horizonAgeGauge, horizonXminGauge, deadTupleGauge metric.Int64ObservableGauge
+	unrepairedGauge                                   metric.Int64ObservableGauge
+	unrepairedAttrs                                   [3]metric.ObserveOption // unsequenced, foreign_txid, sequence_behind
 }
 
 // secondsBuckets are the advised boundaries of the duration histograms: 1ms
@@ -158,6 +160,18 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Ordered aggregates whose head is dead or stalled.")); err != nil {
 		return nil, err
 	}
+	if m.horizonAgeGauge, err = meter.Int64ObservableGauge("pgoutbox.horizon.age", metric.WithUnit("s"),
+		metric.WithDescription("How long the holder of the server's oldest snapshot has held it (its transaction's age; 0 when unknown), labelled with the holder.")); err != nil {
+		return nil, err
+	}
+	if m.horizonXminGauge, err = meter.Int64ObservableGauge("pgoutbox.horizon.xmin_age", metric.WithUnit("{transaction}"),
+		metric.WithDescription("Age in transactions of the oldest snapshot on the server, labelled with its holder (kind, pid, role, name).")); err != nil {
+		return nil, err
+	}
+	if m.deadTupleGauge, err = meter.Int64ObservableGauge("pgoutbox.table.dead_tuples", metric.WithUnit("{tuple}"),
+		metric.WithDescription("Dead row versions in the outbox table that vacuum has not removed (statistics, approximate).")); err != nil {
+		return nil, err
+	}
 	if m.unrepairedGauge, err = meter.Int64ObservableGauge("pgoutbox.queue.unrepaired", metric.WithUnit("{row}"),
 		metric.WithDescription("Rows from another server waiting for a repair, by kind: unsequenced (ordered rows inserted with triggers off), foreign_txid (pending rows with a txid this server has not assigned), sequence_behind (sequences behind the rows).")); err != nil {
 		return nil, err
@@ -183,11 +197,18 @@ func (m *metrics) observeQueue() (metric.Registration, error) {
 		o.ObserveInt64(m.ageGauge, int64(q.OldestAgeSeconds))
 		o.ObserveInt64(m.expiredGauge, q.ExpiredLeases)
 		o.ObserveInt64(m.blockedGauge, q.BlockedAggregates)
+		o.ObserveInt64(m.deadTupleGauge, q.Horizon.DeadTuples)
+		if h, ok := q.Horizon.Oldest(); ok {
+			attrs := metric.WithAttributes(attribute.String("holder_kind", h.Kind), attribute.Int("holder_pid", int(h.PID)),
+				attribute.String("holder_role", h.Role), attribute.String("holder_name", h.Name))
+			o.ObserveInt64(m.horizonXminGauge, h.XminAge, attrs)
+			o.ObserveInt64(m.horizonAgeGauge, int64(h.HeldSeconds), attrs)
+		}
 		for i, n := range []int64{q.Unsequenced, q.ForeignTxids, q.SequencesBehind} {
 			o.ObserveInt64(m.unrepairedGauge, n, m.unrepairedAttrs[i])
 		}
 		return nil
-	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge, m.unrepairedGauge)
+	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge, m.horizonAgeGauge, m.horizonXminGauge, m.deadTupleGauge, m.unrepairedGauge)
 }
 
 func (m *metrics) queueStats() QueueStats {
