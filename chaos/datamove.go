@@ -222,18 +222,12 @@ func runDataMove(ctx context.Context, o options) (*dmResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "pgoutbox-chaos-datamove-")
+	keep := o.keep
+	tmp, cleanup, err := runDir("pgoutbox-chaos-datamove-", &keep)
 	if err != nil {
 		return nil, err
 	}
-	keep := o.keep
-	defer func() {
-		if keep {
-			fmt.Printf("relay logs kept in %s\n", tmp)
-		} else {
-			os.RemoveAll(tmp)
-		}
-	}()
+	defer cleanup()
 	bin, err := relayBinary(ctx, o, root, tmp, say)
 	if err != nil {
 		return nil, err

@@ -52,18 +52,12 @@ func run(ctx context.Context, o options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "pgoutbox-chaos-")
+	keep := o.keep
+	tmp, cleanup, err := runDir("pgoutbox-chaos-", &keep)
 	if err != nil {
 		return nil, err
 	}
-	keep := o.keep
-	defer func() {
-		if keep {
-			fmt.Printf("relay logs kept in %s\n", tmp)
-		} else {
-			os.RemoveAll(tmp)
-		}
-	}()
+	defer cleanup()
 	say := func(format string, args ...any) {
 		fmt.Printf("  %6.1fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 	}
@@ -347,6 +341,22 @@ loop:
 		fmt.Printf("figures written to %s (%s run section)\n", o.out, o.section)
 	}
 	return res, nil
+}
+
+// runDir makes a run's temporary directory (relay logs, the binary);
+// cleanup removes it, unless *keep says to keep it (then it says where).
+func runDir(prefix string, keep *bool) (string, func(), error) {
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return tmp, func() {
+		if *keep {
+			fmt.Printf("relay logs kept in %s\n", tmp)
+		} else {
+			os.RemoveAll(tmp)
+		}
+	}, nil
 }
 
 // relayBinary is -bin, or else pgoutbox built from the module into tmp.
