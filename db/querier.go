@@ -40,9 +40,9 @@ type Querier interface {
 	// Attempts count here, at claim time, so a message that crashes every worker
 	// still reaches max attempts (see OutboxReap).
 	// OutboxClaim claims up to @batch unordered messages: pending rows whose
-	// available_at has come, first-come by id (the seed's CLAIM_SQL semantics).
+	// available_at has come, first-come by id.
 	// Expired leases (processing past lease_until with attempts left) are
-	// re-claimable as in the seed, but in isolation: when one exists, the claim
+	// re-claimable too, but in isolation: when one exists, the claim
 	// returns that single row and nothing else, so a poison message that kills
 	// every worker that holds it costs only itself attempts, never the healthy
 	// messages that would otherwise be claimed beside it. recovered = true marks
@@ -51,8 +51,8 @@ type Querier interface {
 	// @recover_expired = false the claim takes pending rows only: the dispatcher
 	// always passes false and recovers expired leases apart from its main
 	// pipeline, one at a time, in its recovery lane (OutboxClaimExpired,
-	// queries/isolate.sql). Passing true gives the seed's behaviour (both
-	// branches) to callers that run this query on their own.
+	// queries/isolate.sql). Passing true claims both
+	// kinds, for callers that run this query on their own.
 	// Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
 	// Ordering: expired lease (oldest lease_until) alone, else pending by id.
 	// Indexes: outbox_leased for the expired branch, outbox_pending (partial:
@@ -443,7 +443,8 @@ type Querier interface {
 	// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
 	// outbox_dead (dead, count, index only). Never reads a done row.
 	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error)
-	// Monitoring: the seed's section 6, read-only, no locks taken.
+	// Monitoring: queue depth, oldest pending age, expired leases, attempts and
+	// blocked aggregates; read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.
 	OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error)
@@ -557,7 +558,7 @@ type Querier interface {
 	// compares every row in flight with every id of the batch (measured: 86 ms
 	// instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 	// Returns the ids actually finalized, as one array (one row to send and
-	// decode instead of one per message: tuning log, entry 18); an id missing
+	// decode instead of one per message); an id missing
 	// from it lost its lease. Never NULL: empty when none was finalized.
 	OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error)
 	// OutboxNotify wakes idle dispatchers (the channel the insert trigger uses).
@@ -568,7 +569,7 @@ type Querier interface {
 	// most important alert: it grows without bound when dispatch stops.
 	// Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
 	// three branches, so retained done rows are not scanned. Note that the
-	// seed's form (status IN ('pending', 'processing')) gives the same answer:
+	// plain form (status IN ('pending', 'processing')) gives the same answer:
 	// the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
 	// and an unsequenced ordered row is an uncommitted one (invisible here).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
@@ -598,7 +599,7 @@ type Querier interface {
 	// default pgx statement cache) and, at batch 10,000, even as a custom plan:
 	// each batch cost O(table) instead of O(batch) (measured on 300,000 done
 	// rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
-	// against 2.1 ms and 99 ms this way; issue 14).
+	// against 2.1 ms and 99 ms this way).
 	// Lock strategy: plain DELETE by primary key; status is re-checked on the
 	// row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 	OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error)
