@@ -477,6 +477,13 @@ type Querier interface {
 	// 0 rows: lease lost (taken over, reaped, or the claim lost in a failover);
 	// the caller must stop publishing (cancel its context) and must not finalize.
 	OutboxExtendLease(ctx context.Context, arg OutboxExtendLeaseParams) (int64, error)
+	// OutboxGooseVersionTables lists the tables shaped like goose's version
+	// table (version_id, is_applied, tstamp) in this database, schema-qualified:
+	// the histories that may have applied the migrations.
+	// Lock strategy: none (catalog reads).
+	// Index: pg_attribute_relid_attnam_index per table.
+	// 0 rows: no goose history in this database.
+	OutboxGooseVersionTables(ctx context.Context) ([]string, error)
 	// Isolation path. A claim that returns payloads fails as a whole when one row
 	// cannot be returned (a jsonb whose text form exceeds 1 GB fails with 54000
 	// "out of memory" after seconds of CPU; other data or resource errors alike)
@@ -681,6 +688,19 @@ type Querier interface {
 	// Indexes: outbox_ordered_undecided, outbox_ordered_seq (one backward step).
 	// Returns the rows decided; 0 is the normal case.
 	OutboxResolveHeads(ctx context.Context, maxRows int32) (int32, error)
+	// What `pgoutbox migrate status` reads when the table was migrated outside
+	// pgoutbox's version table (through an application's own goose history, or
+	// by hand): the schema objects the migrations create, and the goose version
+	// tables of the database. Catalogs only, so it works whoever applied the
+	// migrations.
+	// OutboxSchemaObjects says, for each (@kinds[i], @names[i]) — kind one of
+	// table, index, sequence, function, trigger, column — whether it exists for
+	// the table @relation (as this session resolves it): relations and functions
+	// in the table's schema, triggers and columns on the table.
+	// Lock strategy: none (catalog reads, no lock on the table).
+	// Index: pg_class, pg_attribute, pg_trigger and pg_proc catalog indexes.
+	// 0 rows: @relation does not resolve to a table.
+	OutboxSchemaObjects(ctx context.Context, arg OutboxSchemaObjectsParams) ([]*OutboxSchemaObjectsRow, error)
 	// OutboxSkipDead resolves a dead message without delivering it: dead -> done,
 	// which unblocks an ordered aggregate. last_error keeps why it died, prefixed
 	// with the operator's reason.

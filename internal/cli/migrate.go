@@ -35,6 +35,18 @@ func (a *app) migrateUp(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeDB()
+	if fp, relation, ok, err := a.migratedElsewhere(ctx, pool, m.VersionTable()); err != nil {
+		return err
+	} else if ok {
+		// Applying the missing ones here would record them in a second
+		// history: the application's migrator would apply them again once
+		// they reach its folder.
+		if len(fp.missing) > 0 {
+			return failf("migrate up: %s", strings.TrimSpace(fp.describe(relation, m.VersionTable(), migrations.Latest())))
+		}
+		fmt.Fprintf(a.stdout, "already up to date: table %s has every migration of this build (%d), applied outside pgoutbox's version table %s; nothing to do\n", relation, migrations.Latest(), m.VersionTable())
+		return nil
+	}
 	if err := a.refuseSecondOutbox(ctx, pool, m.VersionTable()); err != nil {
 		return err
 	}
@@ -135,11 +147,23 @@ func (a *app) migrateStatus(ctx context.Context, args []string) error {
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
 	}
-	m, closeDB, err := a.migrator(ctx, f, *dbURL)
+	m, pool, closeDB, err := a.migratorPool(ctx, f, *dbURL)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
+	if fp, relation, ok, err := a.migratedElsewhere(ctx, pool, m.VersionTable()); err != nil {
+		return err
+	} else if ok {
+		fmt.Fprint(a.stdout, fp.describe(relation, m.VersionTable(), migrations.Latest()))
+		fmt.Fprintln(a.stdout)
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "STATE\tMIGRATION")
+		for _, n := range fp.names {
+			fmt.Fprintf(tw, "%s\t%s\n", fp.state[n], n)
+		}
+		return tw.Flush()
+	}
 	st, err := m.Status(ctx)
 	if err != nil {
 		return a.dbError("migrate status", err)
@@ -239,6 +263,33 @@ func (a *app) migrationFiles() (fs.FS, error) {
 		out[n] = &fstest.MapFile{Data: []byte(body)}
 	}
 	return out, nil
+}
+
+// migratedElsewhere reports whether the table exists without pgoutbox's
+// version table (its migrations applied through another goose history, or by
+// hand), and then what its schema holds.
+func (a *app) migratedElsewhere(ctx context.Context, pool *pgxpool.Pool, versionTable string) (footprintStatus, string, bool, error) {
+	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	if err != nil {
+		return footprintStatus{}, "", false, err
+	}
+	var haveVersions bool
+	var relation string
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, coalesce(to_regclass($2)::text, '')", versionTable, r.Qualified()).Scan(&haveVersions, &relation); err != nil {
+		return footprintStatus{}, "", false, a.dbError("migrate", err)
+	}
+	if haveVersions || relation == "" {
+		return footprintStatus{}, "", false, nil
+	}
+	fsys, err := a.migrationFiles()
+	if err != nil {
+		return footprintStatus{}, "", false, failf("migrations: %v", err)
+	}
+	fp, err := readFootprint(ctx, pool, fsys, r.Qualified())
+	if err != nil {
+		return footprintStatus{}, "", false, a.dbError("migrate", err)
+	}
+	return fp, relation, true, nil
 }
 
 // refuseSecondOutbox stops `migrate up` from creating a second outbox: when

@@ -219,6 +219,62 @@ func TestDocs_NotRunMarkingsAreDeliberate(t *testing.T) {
 	t.Logf("%d blocks marked as not run", marked)
 }
 
+// sampleApp names the documents that run in a copy of examples/adopt (an
+// application adopting pgoutbox) instead of a copy of this repository.
+var sampleApp = map[string]bool{"docs/adoption.md": true}
+
+// adoptionHeading is the README section internal/adopttest runs, command for
+// command, in copies of examples/adopt.
+const adoptionHeading = "Adopting the SQL into your sqlc project"
+
+// TestDocs_ShellBlocksRun runs every shell block of README.md and docs/ in
+// order, one document at a time, in a scratch copy of this repository (or of
+// examples/adopt), against a fresh database.
+func TestDocs_ShellBlocksRun(t *testing.T) {
+	tl := Build(t)
+	for _, f := range docs(t) {
+		t.Run(strings.ReplaceAll(f, "/", "_"), func(t *testing.T) {
+			t.Parallel()
+			blocks, err := Parse(filepath.Join(Root(), f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var run []Block
+			for _, b := range blocks {
+				if f == "README.md" && b.Heading == adoptionHeading {
+					continue // internal/adopttest runs these in the sample application
+				}
+				run = append(run, b)
+			}
+			if !hasShell(run) {
+				return
+			}
+			src := Root()
+			if sampleApp[f] {
+				src = filepath.Join(Root(), "examples", "adopt")
+			}
+			dir := filepath.Join(t.TempDir(), filepath.Base(src))
+			CopyTree(t, src, dir)
+			dbURL := EmptyDatabase(t, "doc_"+strings.Map(func(r rune) rune {
+				if r >= 'a' && r <= 'z' {
+					return r
+				}
+				return '_'
+			}, strings.ToLower(strings.TrimSuffix(filepath.Base(f), ".md"))))
+			NewShell(t, tl, dir, dbURL).RunAll(t, run)
+		})
+	}
+}
+
+func hasShell(blocks []Block) bool {
+	for _, b := range blocks {
+		if b.Shell() && b.SkipReason() == "" {
+			return true
+		}
+	}
+	return false
+}
+
 func ExampleBlock_SkipReason() {
 	b := Block{Lang: "sh", Body: "# not run by the docs test: needs a published release\ngo install github.com/pgoutbox/pgoutbox/cmd/pgoutbox@latest\n"}
 	fmt.Println(b.SkipReason(), b.CheckSkip() == nil)
