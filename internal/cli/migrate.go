@@ -141,7 +141,10 @@ func (a *app) migrateDown(ctx context.Context, args []string) error {
 func (a *app) migrateStatus(ctx context.Context, args []string) error {
 	f := newFlags("migrate status", "pgoutbox migrate status [flags]",
 		"Shows the database's schema version and, per embedded migration file, whether it is\n"+
-			"applied (and when) or pending.",
+			"applied (and when) or pending. A table migrated another way (your application's goose\n"+
+			"history, or by hand) has no pgoutbox history to read: then it reads the table itself\n"+
+			"(the migrations' own columns, indexes, functions and triggers) and lists each migration\n"+
+			"as applied or missing.",
 		"  pgoutbox migrate status")
 	dbURL := f.databaseURL()
 	if _, err := a.parse(f, args, 0); err != nil {
