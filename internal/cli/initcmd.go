@@ -595,6 +595,7 @@ func relPath(root, dir string) (string, error) {
 func sqlcEntry(schema, queries, pkg, table, out string) string {
 	return fmt.Sprintf(`# sqlc entry for the %[3]s outbox, written by pgoutbox init.
 # In an existing sqlc.yaml, add the list item under "sql:".
+# Needs sqlc 1.31.1 or later (older ones type the column txid as interface{}).
 version: "2"
 sql:
   - engine: postgresql
