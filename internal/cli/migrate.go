@@ -295,10 +295,8 @@ func (a *app) migratedElsewhere(ctx context.Context, pool *pgxpool.Pool, version
 	return fp, relation, true, nil
 }
 
-// refuseSecondOutbox stops `migrate up` from creating a second outbox: when
-// the table already exists without pgoutbox's version table (its migrations
-// were applied through another goose history, or by hand), or when it is
-// missing here but exists in another schema.
+// refuseSecondOutbox stops `migrate up` from creating a second outbox when
+// the table is missing here but exists in another schema.
 func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versionTable string) error {
 	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
 	if err != nil {
@@ -317,16 +315,9 @@ func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versio
 	if err != nil {
 		return a.dbError("migrate up", err)
 	}
-	flags := "--table " + r.Table()
-	if a.schema != "" {
-		flags += " --schema " + a.schema
-	}
-	if row.Relation != "" {
-		return failf("migrate up: table %s already exists, but pgoutbox's version table %s does not: its migrations were applied another way (your application's goose history, or by hand). "+
-			"Nothing to migrate here: `pgoutbox run %s` and the other commands check the table itself. For the migrations of a newer pgoutbox, run `pgoutbox init --upgrade` on your copy and apply it as before.",
-			row.Relation, versionTable, flags)
-	}
-	if len(row.Elsewhere) > 0 {
+	// A table found here without the version table is migratedElsewhere's
+	// case, handled before this check.
+	if row.Relation == "" && len(row.Elsewhere) > 0 {
 		return failf("migrate up: no table %s in the search_path (%s), but %s exists: pass --schema (and use the same on every command) instead of creating a second outbox",
 			r.Qualified(), row.SearchPath, strings.Join(row.Elsewhere, ", "))
 	}
