@@ -57,19 +57,25 @@ func TestAdopt_InitShapes(t *testing.T) {
 		flags    string
 		ownDir   bool // migrations in a folder of their own
 		first    string
+		schema   string // --schema
 	}{
-		{"dir db", grow(false), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db", false, "00089_hr_outbox.sql"},
-		{"dir db, migrations-dir db/migrations", grow(false), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db --migrations-dir db/migrations", false, "00089_hr_outbox.sql"},
-		{"a folder of its own", grow(false), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db/outbox", true, "00001_hr_outbox.sql"},
-		{"timestamped versions", grow(true), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db/outbox --migrations-dir db/migrations", false, "20240405120001_hr_outbox.sql"},
-		{"the app's own version table", grow(false), `goose -dir db/migrations -table app_schema_versions postgres "$DATABASE_URL" up`, "--dir db --migrations-dir db/migrations", false, "00089_hr_outbox.sql"},
-		{"the app's own version table, a folder of its own", grow(false), `goose -dir db/migrations -table app_schema_versions postgres "$DATABASE_URL" up`, "--dir db/outbox", true, "00001_hr_outbox.sql"},
+		{"dir db", grow(false), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db", false, "00089_hr_outbox.sql", ""},
+		{"dir db, migrations-dir db/migrations", grow(false), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db --migrations-dir db/migrations", false, "00089_hr_outbox.sql", ""},
+		{"a folder of its own", grow(false), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db/outbox", true, "00001_hr_outbox.sql", ""},
+		{"timestamped versions", grow(true), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db/outbox --migrations-dir db/migrations", false, "20240405120001_hr_outbox.sql", ""},
+		{"the app's own version table", grow(false), `goose -dir db/migrations -table app_schema_versions postgres "$DATABASE_URL" up`, "--dir db --migrations-dir db/migrations", false, "00089_hr_outbox.sql", ""},
+		{"the app's own version table, a folder of its own", grow(false), `goose -dir db/migrations -table app_schema_versions postgres "$DATABASE_URL" up`, "--dir db/outbox", true, "00001_hr_outbox.sql", ""},
+		{"a schema of its own", grow(false), `goose -dir db/migrations postgres "$DATABASE_URL" up`, "--dir db/outbox", true, "00001_hr_outbox.sql", "hr"},
 	}
 	for _, sh := range shapes {
 		t.Run(sh.name, func(t *testing.T) {
 			t.Parallel()
 			a := prepare(t, sh.edit, sh.appGoose)
-			initCmd := "pgoutbox init --table hr_outbox " + sh.flags + " --sqlc-config sqlc.yaml"
+			table := "--table hr_outbox"
+			if sh.schema != "" {
+				table += " --schema " + sh.schema
+			}
+			initCmd := "pgoutbox init " + table + " " + sh.flags + " --sqlc-config sqlc.yaml"
 			printed := a.run(t, initCmd)
 			migDir := "db/outbox/migrations"
 			if !sh.ownDir {
@@ -93,7 +99,7 @@ func TestAdopt_InitShapes(t *testing.T) {
 					if !sh.ownDir {
 						a.run(t, sh.appGoose)
 					}
-					a.run(t, "pgoutbox enqueue --table hr_outbox --aggregate-type employee --aggregate-id 1 --event-type EmployeeHired --payload '{}'")
+					a.run(t, "pgoutbox enqueue "+table+" --aggregate-type employee --aggregate-id 1 --event-type EmployeeHired --payload '{}'")
 					a.relay(t, c, `{"id":"1",…"event_type":"EmployeeHired",…}`)
 					continue
 				}
@@ -119,11 +125,11 @@ func TestAdopt_InitShapes(t *testing.T) {
 
 			// migrate status tells the truth, migrate up does not refuse, and
 			// the app's own migrator still runs.
-			st := a.run(t, "pgoutbox migrate status --table hr_outbox")
+			st := a.run(t, "pgoutbox migrate status "+table)
 			if !strings.Contains(st, "up to date") || strings.Contains(st, "pending") || strings.Contains(st, "missing") {
 				t.Errorf("migrate status:\n%s", st)
 			}
-			a.run(t, "pgoutbox migrate up --table hr_outbox")
+			a.run(t, "pgoutbox migrate up "+table)
 			if out := a.run(t, sh.appGoose); !strings.Contains(out, "no migrations to run") {
 				t.Errorf("the app's migrator after adopting: %s", out)
 			}
