@@ -2,6 +2,8 @@
 # the PostgreSQL server binaries; no global installs (sqlc runs through
 # `go tool` at the version pinned in tools.mod, a module file of its own so
 # that importers of pgoutbox inherit none of sqlc's requirements; see tools.go).
+# The pinned sqlc is the supported floor: users need sqlc 1.31.1 or later
+# (README.md; internal/doctest checks the two agree). Raise both together.
 
 GO       ?= go
 SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc

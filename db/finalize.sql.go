@@ -197,7 +197,7 @@ type OutboxMarkDoneManyParams struct {
 // compares every row in flight with every id of the batch (measured: 86 ms
 // instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 // Returns the ids actually finalized, as one array (one row to send and
-// decode instead of one per message: tuning log, entry 18); an id missing
+// decode instead of one per message); an id missing
 // from it lost its lease. Never NULL: empty when none was finalized.
 func (q *Queries) OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error) {
 	row := q.db.QueryRow(ctx, outboxMarkDoneMany,

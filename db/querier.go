@@ -40,9 +40,9 @@ type Querier interface {
 	// Attempts count here, at claim time, so a message that crashes every worker
 	// still reaches max attempts (see OutboxReap).
 	// OutboxClaim claims up to @batch unordered messages: pending rows whose
-	// available_at has come, first-come by id (the seed's CLAIM_SQL semantics).
+	// available_at has come, first-come by id.
 	// Expired leases (processing past lease_until with attempts left) are
-	// re-claimable as in the seed, but in isolation: when one exists, the claim
+	// re-claimable too, but in isolation: when one exists, the claim
 	// returns that single row and nothing else, so a poison message that kills
 	// every worker that holds it costs only itself attempts, never the healthy
 	// messages that would otherwise be claimed beside it. recovered = true marks
@@ -51,8 +51,8 @@ type Querier interface {
 	// @recover_expired = false the claim takes pending rows only: the dispatcher
 	// always passes false and recovers expired leases apart from its main
 	// pipeline, one at a time, in its recovery lane (OutboxClaimExpired,
-	// queries/isolate.sql). Passing true gives the seed's behaviour (both
-	// branches) to callers that run this query on their own.
+	// queries/isolate.sql). Passing true claims both
+	// kinds, for callers that run this query on their own.
 	// Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
 	// Ordering: expired lease (oldest lease_until) alone, else pending by id.
 	// Indexes: outbox_leased for the expired branch, outbox_pending (partial:
@@ -450,7 +450,8 @@ type Querier interface {
 	// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
 	// outbox_dead (dead, count, index only). Never reads a done row.
 	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error)
-	// Monitoring: the seed's section 6, read-only, no locks taken.
+	// Monitoring: queue depth, oldest pending age, expired leases, attempts and
+	// blocked aggregates; read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.
 	OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error)
@@ -490,6 +491,13 @@ type Querier interface {
 	// 0 rows: lease lost (taken over, reaped, or the claim lost in a failover);
 	// the caller must stop publishing (cancel its context) and must not finalize.
 	OutboxExtendLease(ctx context.Context, arg OutboxExtendLeaseParams) (int64, error)
+	// OutboxGooseVersionTables lists the tables shaped like goose's version
+	// table (version_id, is_applied, tstamp) in this database, schema-qualified:
+	// the histories that may have applied the migrations.
+	// Lock strategy: none (catalog reads).
+	// Index: pg_attribute_relid_attnam_index per table.
+	// 0 rows: no goose history in this database.
+	OutboxGooseVersionTables(ctx context.Context) ([]string, error)
 	// What pins the xmin horizon. Every row version the outbox deletes or
 	// updates (each claim and finalize writes one) stays in the table and its
 	// indexes until no snapshot that can see it remains; the oldest snapshot on
@@ -609,7 +617,7 @@ type Querier interface {
 	// compares every row in flight with every id of the batch (measured: 86 ms
 	// instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 	// Returns the ids actually finalized, as one array (one row to send and
-	// decode instead of one per message: tuning log, entry 18); an id missing
+	// decode instead of one per message); an id missing
 	// from it lost its lease. Never NULL: empty when none was finalized.
 	OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error)
 	// OutboxNotify wakes idle dispatchers (the channel the insert trigger uses).
@@ -620,7 +628,7 @@ type Querier interface {
 	// most important alert: it grows without bound when dispatch stops.
 	// Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
 	// three branches, so retained done rows are not scanned. Note that the
-	// seed's form (status IN ('pending', 'processing')) gives the same answer:
+	// plain form (status IN ('pending', 'processing')) gives the same answer:
 	// the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
 	// and an unsequenced ordered row is an uncommitted one (invisible here).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
@@ -657,7 +665,7 @@ type Querier interface {
 	// default pgx statement cache) and, at batch 10,000, even as a custom plan:
 	// each batch cost O(table) instead of O(batch) (measured on 300,000 done
 	// rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
-	// against 2.1 ms and 99 ms this way; issue 14).
+	// against 2.1 ms and 99 ms this way).
 	// Lock strategy: plain DELETE by primary key; status is re-checked on the
 	// row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 	OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error)
@@ -776,6 +784,19 @@ type Querier interface {
 	// snapshot's xmax on (one descent each when nothing is found).
 	// Rows affected: rows re-stamped; 0 is the normal case.
 	OutboxRestampForeign(ctx context.Context, maxRows int32) (int64, error)
+	// What `pgoutbox migrate status` reads when the table was migrated outside
+	// pgoutbox's version table (through an application's own goose history, or
+	// by hand): the schema objects the migrations create, and the goose version
+	// tables of the database. Catalogs only, so it works whoever applied the
+	// migrations.
+	// OutboxSchemaObjects says, for each (@kinds[i], @names[i]) — kind one of
+	// table, index, sequence, function, trigger, column — whether it exists for
+	// the table @relation (as this session resolves it): relations and functions
+	// in the table's schema, triggers and columns on the table.
+	// Lock strategy: none (catalog reads, no lock on the table).
+	// Index: pg_class, pg_attribute, pg_trigger and pg_proc catalog indexes.
+	// 0 rows: @relation does not resolve to a table.
+	OutboxSchemaObjects(ctx context.Context, arg OutboxSchemaObjectsParams) ([]*OutboxSchemaObjectsRow, error)
 	// Session settings of pgoutbox's own connections (the relay's pool and
 	// LISTEN connection, the CLI's and the console's connections).
 	// OutboxSessionSettings makes the session what pgoutbox's statements need,

@@ -15,9 +15,9 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 )
 
-// Defaults. The seed's values where it gives them (lease 60 s, max attempts
-// 12, backoff 1 s .. 300 s; the seed's batch of 50 is BatchMinDefault, where
-// the adaptive claim size starts and returns to when the queue is quiet).
+// Defaults: lease 60 s, max attempts 12, backoff 1 s .. 300 s; claims start
+// at BatchMinDefault (50), where the adaptive claim size also returns to
+// when the queue is quiet.
 const (
 	BatchDefault              = 2000
 	BatchMinDefault           = 50
@@ -90,7 +90,7 @@ func (m ClaimMode) String() string {
 type UnclassifiedPolicy int
 
 const (
-	// UnclassifiedAsCrash (the default) follows the seed's deliberate choice
+	// UnclassifiedAsCrash (the default) is the deliberate choice
 	// not to retry unknown errors silently as transient: the message is left
 	// exactly as a crashed worker would leave it — processing, attempt spent —
 	// and an error is logged. Its lease expires, another claim picks it up in

@@ -479,8 +479,7 @@ func (d *Dispatcher) dbError(ctx context.Context, op string, err error, failures
 // and inside the finalize statement being written count against it only
 // beyond one claim of size: without that the claimer waited for every
 // finalize, and the server, whose claim came back first, ran one statement
-// at a time for a quarter of each round (a statement trace of a drain; tuning
-// log, entry 18). So at most limit messages in flight are not yet published
+// at a time for a quarter of each round (a statement trace of a drain). So at most limit messages in flight are not yet published
 // (what a crash leaves waiting for a lease to expire before anyone publishes
 // them), and at most one claim more is published, waiting for its finalize
 // to commit (a crash re-delivers those: duplicates the consumer drops).

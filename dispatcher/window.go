@@ -199,7 +199,7 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 	cur := w.get()
 	// Inside an open window (a backlog: the previous claim came back full)
 	// the claim reuses the snapshot that opened it: one round trip a claim
-	// instead of two (tuning log, entry 18).
+	// instead of two.
 	pre, continuing := cur.opened()
 	if !continuing {
 		snap, err := d.q.OutboxClaimSnapshot(cctx)

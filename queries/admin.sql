@@ -67,7 +67,7 @@ SELECT outbox_lock_aggregates(ARRAY(
 -- default pgx statement cache) and, at batch 10,000, even as a custom plan:
 -- each batch cost O(table) instead of O(batch) (measured on 300,000 done
 -- rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
--- against 2.1 ms and 99 ms this way; issue 14).
+-- against 2.1 ms and 99 ms this way).
 -- Lock strategy: plain DELETE by primary key; status is re-checked on the
 -- row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 -- name: OutboxPurgeDone :execrows

@@ -40,7 +40,7 @@ UPDATE outbox
 -- compares every row in flight with every id of the batch (measured: 86 ms
 -- instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 -- Returns the ids actually finalized, as one array (one row to send and
--- decode instead of one per message: tuning log, entry 18); an id missing
+-- decode instead of one per message); an id missing
 -- from it lost its lease. Never NULL: empty when none was finalized.
 -- name: OutboxMarkDoneMany :one
 WITH handoff_locks AS (
