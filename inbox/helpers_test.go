@@ -11,27 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/inbox"
-	inboxmigrations "github.com/pgoutbox/pgoutbox/inbox/migrations"
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/inboxtest"
 	"github.com/pgoutbox/pgoutbox/internal/testlog"
 )
 
-// newPool returns a pool on a fresh database with the inbox migrations
-// applied and a side-effect table the test handlers write to.
-func newPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool := pgtest.NewPool(t)
-	m, err := inboxmigrations.FromPool(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.Up(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	exec(t, pool, `CREATE TABLE effects (n bigint GENERATED ALWAYS AS IDENTITY, source text, id text, aggregate_id text, seq bigint, gap text)`)
-	return pool
-}
+// newPool returns a consumer database (inboxtest.NewPool).
+func newPool(t *testing.T) *pgxpool.Pool { return inboxtest.NewPool(t) }
 
 func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	t.Helper()
@@ -42,11 +27,7 @@ func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 
 func queryInt(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
 	t.Helper()
-	var n int64
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return inboxtest.Count(t, pool, sql, args...)
 }
 
 // bundle is one test's inbox, pool and handler record.
@@ -85,12 +66,7 @@ func (b *bundle) handle(ctx context.Context, tx pgx.Tx, d inbox.Delivery) error 
 	b.mu.Lock()
 	failErr := b.fail[d.ID]
 	b.mu.Unlock()
-	gap := ""
-	if d.Gap != nil {
-		gap = string(d.Gap.Reason)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO effects (source, id, aggregate_id, seq, gap) VALUES ($1, $2, $3, $4, $5)`,
-		d.Source, d.ID, d.Subject, d.Position.Seq, gap); err != nil {
+	if err := inboxtest.Effect(ctx, tx, d); err != nil {
 		return err
 	}
 	if failErr != nil {
@@ -115,15 +91,7 @@ func (b *bundle) failFor(id string, err error) {
 // effects returns the ids the handler committed, in commit order.
 func (b *bundle) effects(t *testing.T) []string {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), `SELECT id FROM effects ORDER BY n`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids
+	return inboxtest.Effects(t, b.pool)
 }
 
 func (b *bundle) process(t *testing.T, m inbox.Message) inbox.Outcome {
