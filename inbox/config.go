@@ -102,6 +102,13 @@ type Config struct {
 	// PurgeBatch is the number of records deleted per purge statement.
 	// Defaults to 1000.
 	PurgeBatch int
+	// Prepare, when set, is called by Process with each message before it
+	// is validated and recorded, and may fill in what the transport did not
+	// carry: for example the Position of events from relays that do not
+	// send it yet, read from the outbox's seq column by a consumer that can
+	// reach the outbox's database. An error is returned by Process, and the
+	// message is not acknowledged. Defaults to nil.
+	Prepare func(ctx context.Context, m *Message) error
 	// OnGap, when set, is called after a gap is declared and committed (it
 	// is also logged at Warn, counted in Stats and in the
 	// pgoutbox.inbox.gaps metric, and recorded in the gaps table). It must

@@ -148,3 +148,31 @@ func TestInbox_RenamedTablesInASchema(t *testing.T) {
 		t.Fatal("a table of the default name was created")
 	}
 }
+
+// Prepare fills in what the transport did not carry (here the position)
+// before the message is recorded; its error leaves nothing recorded.
+func TestProcess_PrepareFillsInThePosition(t *testing.T) {
+	t.Parallel()
+	positions := map[string]inbox.Position{"1": {Seq: 10}, "2": {Seq: 20, Prev: 10}}
+	b := setup(t, func(c *inbox.Config) {
+		c.Prepare = func(_ context.Context, m *inbox.Message) error {
+			p, ok := positions[m.ID]
+			if !ok {
+				return errors.New("unknown event")
+			}
+			m.Position = p
+			return nil
+		}
+	})
+	b.wantOutcome(t, inbox.Message{Source: src, ID: "2", Subject: "a"}, inbox.Parked)
+	b.wantOutcome(t, inbox.Message{Source: src, ID: "1", Subject: "a"}, inbox.Processed)
+	if _, err := b.ib.Process(context.Background(), inbox.Message{Source: src, ID: "3", Subject: "a"}); err == nil || !strings.Contains(err.Error(), "unknown event") {
+		t.Fatalf("Process = %v, want Prepare's error", err)
+	}
+	if got := b.effects(t); !slices.Equal(got, []string{"1", "2"}) {
+		t.Fatalf("effects %v", got)
+	}
+	if n := queryInt(t, b.pool, `SELECT count(*) FROM inbox WHERE id = '3'`); n != 0 {
+		t.Fatal("a message Prepare refused was recorded")
+	}
+}

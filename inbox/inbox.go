@@ -81,6 +81,11 @@ func (ib *Inbox) queries(dbtx inboxdb.DBTX) *inboxdb.Queries {
 // its own, before it returns; a successor whose handler fails stays parked
 // for the next sweep (Run), and is not an error of Process.
 func (ib *Inbox) Process(ctx context.Context, m Message) (Outcome, error) {
+	if ib.cfg.Prepare != nil {
+		if err := ib.cfg.Prepare(ctx, &m); err != nil {
+			return 0, fmt.Errorf("inbox: prepare event %s: %w", m.ID, err)
+		}
+	}
 	if err := m.validate(); err != nil {
 		ib.metrics.add(cInvalid)
 		return 0, err
