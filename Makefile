@@ -7,7 +7,7 @@ GO       ?= go
 SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc
 PKGS     := ./...
 
-.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long chaos-failover build release release-check stress
+.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long chaos-failover chaos-inbox build release release-check stress
 
 all: verify test
 
@@ -67,6 +67,15 @@ chaos-long:
 CHAOS_FAILOVER_OUT ?= $(or $(TMPDIR),/tmp)/pgoutbox-RELIABILITY-failover.md
 chaos-failover:
 	$(GO) run ./chaos -failover -seed $(CHAOS_SEED) -duration 90s -events 30000 -relays 4 -drain-timeout 2m -out $(CHAOS_FAILOVER_OUT) -section failover
+
+## chaos-inbox: consumers using package inbox through NATS JetStream, RabbitMQ
+## and Kafka (in-process kfake) while relays and consumers are SIGKILLed and
+## broker connections cut (a throwaway PostgreSQL; NATS and RabbitMQ at
+## NATS_URL and AMQP_URL, local by default): 0 duplicate side effects, 0 order
+## violations seen by the consumer, 0 missing, checked by pgoutbox verify, or
+## it exits non-zero. About 3 minutes.
+chaos-inbox:
+	$(GO) run ./chaos/inbox -seed $(CHAOS_SEED) -duration 2m -events 5000 -fault-every 1s
 
 ## bench: the benchmark suite (nested module bench/, one throwaway PostgreSQL,
 ## about 19 minutes, 8 of them the pinned-horizon item); writes BENCHMARKS.md

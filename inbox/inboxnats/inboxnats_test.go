@@ -34,7 +34,7 @@ type bundle struct {
 }
 
 // setup creates a stream of its own and a jetstream publisher writing to it.
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	nc, err := nats.Connect(natsURL(), nats.Timeout(3*time.Second))
 	if err != nil {
@@ -62,7 +62,7 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-func (b *bundle) publish(t *testing.T, msgs []dispatcher.Message) {
+func (b *bundle) publish(t testing.TB, msgs []dispatcher.Message) {
 	t.Helper()
 	for _, m := range msgs {
 		if err := b.pub.Publish(context.Background(), m); err != nil {
@@ -71,7 +71,7 @@ func (b *bundle) publish(t *testing.T, msgs []dispatcher.Message) {
 	}
 }
 
-func (b *bundle) consumer(t *testing.T, ackWait time.Duration) natsjs.Consumer {
+func (b *bundle) consumer(t testing.TB, ackWait time.Duration) natsjs.Consumer {
 	t.Helper()
 	c, err := b.js.CreateOrUpdateConsumer(context.Background(), b.stream, natsjs.ConsumerConfig{
 		Durable: "inbox", AckPolicy: natsjs.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1000})
