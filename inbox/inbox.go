@@ -93,12 +93,13 @@ func (ib *Inbox) Process(ctx context.Context, m Message) (Outcome, error) {
 	if !m.Position.Ordered() {
 		return ib.processUnordered(ctx, m)
 	}
-	out, err := ib.processOrdered(ctx, m)
+	out, parked, err := ib.processOrdered(ctx, m)
 	if err != nil {
 		return 0, err
 	}
-	if out == Processed || out == Parked {
-		// Parked: the count bound may be passed, or a wait may be overdue.
+	if parked {
+		// After parking: the count bound may be passed, or a wait may be
+		// overdue.
 		if err := ib.release(ctx, m.Source, m.Subject, out == Parked); err != nil {
 			ib.log.Warn("inbox: releasing parked events failed; the next sweep retries",
 				slog.String("source", m.Source), slog.String("aggregate_id", m.Subject), slog.Any("error", err))
@@ -139,55 +140,59 @@ func (ib *Inbox) duplicate(ctx context.Context, tx pgx.Tx) (Outcome, error) {
 	return Duplicate, nil
 }
 
-func (ib *Inbox) processOrdered(ctx context.Context, m Message) (Outcome, error) {
+// processOrdered decides and processes an ordered event; parked reports
+// that events of its aggregate are parked (release them now).
+func (ib *Inbox) processOrdered(ctx context.Context, m Message) (_ Outcome, parked bool, _ error) {
 	tx, err := ib.cfg.DB.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: begin: %w", err)
+		return 0, false, fmt.Errorf("inbox: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
 	q := ib.queries(tx)
 	st, err := ib.lockAggregate(ctx, q, m.Source, m.Subject)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	dec := ib.decide(st.LastSeq, m.Position, m.Source, m.Subject)
 	rec, err := q.InboxRecord(ctx, recordParams(m, dec.status(), st.LastSeq))
 	if err != nil {
-		return 0, fmt.Errorf("inbox: record event %s: %w", m.ID, err)
+		return 0, false, fmt.Errorf("inbox: record event %s: %w", m.ID, err)
 	}
 	if !rec.Inserted {
-		return ib.duplicate(ctx, tx)
+		out, err := ib.duplicate(ctx, tx)
+		return out, false, err
 	}
 	switch dec.kind {
 	case kindPark:
 		if err := tx.Commit(ctx); err != nil {
-			return 0, fmt.Errorf("inbox: commit parked event %s: %w", m.ID, err)
+			return 0, false, fmt.Errorf("inbox: commit parked event %s: %w", m.ID, err)
 		}
 		ib.metrics.add(cParked)
 		ib.log.Debug("inbox: event parked until its predecessor is processed",
 			slog.String("source", m.Source), slog.String("aggregate_id", m.Subject), slog.String("id", m.ID),
 			slog.Int64("seq", m.Position.Seq), slog.Int64("waits_for", m.Position.need()))
-		return Parked, nil
+		return Parked, true, nil
 	case kindLate:
-		return ib.late(ctx, tx, q, m.Source, m.Subject, m.ID, m.Position.Seq, st.LastSeq)
+		out, err := ib.late(ctx, tx, q, m.Source, m.Subject, m.ID, m.Position.Seq, st.LastSeq)
+		return out, false, err
 	}
 	if err := ib.recordGap(ctx, q, dec.gap); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if err := ib.handle(ctx, tx, Delivery{Message: m, Gap: dec.gap}); err != nil {
 		_ = tx.Rollback(ctx)
 		ib.recordFailing(ctx, m.Source, m.Subject, m.Position.Seq, err)
-		return 0, err
+		return 0, false, err
 	}
-	if err := ib.advance(ctx, q, m.Source, m.Subject, m.Position.Seq); err != nil {
-		return 0, err
+	if parked, err = ib.advance(ctx, q, m.Source, m.Subject, m.Position.Seq); err != nil {
+		return 0, false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("inbox: commit event %s: %w", m.ID, err)
+		return 0, false, fmt.Errorf("inbox: commit event %s: %w", m.ID, err)
 	}
 	ib.metrics.add(cProcessed)
 	ib.gapDeclared(dec.gap)
-	return Processed, nil
+	return Processed, parked, nil
 }
 
 // late commits an ordered event that is older than the aggregate's last
@@ -228,15 +233,17 @@ func (ib *Inbox) lockAggregate(ctx context.Context, q *inboxdb.Queries, source, 
 	return st, nil
 }
 
-func (ib *Inbox) advance(ctx context.Context, q *inboxdb.Queries, source, aggregate string, seq int64) error {
-	n, err := q.InboxAggregateAdvance(ctx, inboxdb.InboxAggregateAdvanceParams{Source: source, AggregateID: aggregate, Seq: seq})
-	if err == nil && n != 1 {
-		err = fmt.Errorf("%d rows updated", n)
+// advance records seq as the aggregate's last processed position and
+// reports whether events of the aggregate are parked.
+func (ib *Inbox) advance(ctx context.Context, q *inboxdb.Queries, source, aggregate string, seq int64) (parked bool, err error) {
+	rows, err := q.InboxAggregateAdvance(ctx, inboxdb.InboxAggregateAdvanceParams{Source: source, AggregateID: aggregate, Seq: seq})
+	if err == nil && len(rows) != 1 {
+		err = fmt.Errorf("%d rows updated", len(rows))
 	}
 	if err != nil {
-		return fmt.Errorf("inbox: advance aggregate %q to %d: %w", aggregate, seq, err)
+		return false, fmt.Errorf("inbox: advance aggregate %q to %d: %w", aggregate, seq, err)
 	}
-	return nil
+	return rows[0], nil
 }
 
 func (ib *Inbox) recordGap(ctx context.Context, q *inboxdb.Queries, g *Gap) error {

@@ -156,7 +156,8 @@ func (ib *Inbox) releaseOne(ctx context.Context, source, aggregate string, decla
 	if err := finish(statusProcessed); err != nil {
 		return true, err
 	}
-	if err := ib.advance(ctx, q, source, aggregate, m.Position.Seq); err != nil {
+	more, err := ib.advance(ctx, q, source, aggregate, m.Position.Seq)
+	if err != nil {
 		return true, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -164,7 +165,7 @@ func (ib *Inbox) releaseOne(ctx context.Context, source, aggregate string, decla
 	}
 	ib.metrics.add(cReleased)
 	ib.gapDeclared(dec.gap)
-	return false, nil
+	return !more, nil
 }
 
 // arrivedFailing reports that an event between the aggregate's last

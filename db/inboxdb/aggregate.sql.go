@@ -11,15 +11,20 @@ import (
 	"time"
 )
 
-const inboxAggregateAdvance = `-- name: InboxAggregateAdvance :execrows
-UPDATE inbox_aggregates
+const inboxAggregateAdvance = `-- name: InboxAggregateAdvance :many
+UPDATE inbox_aggregates AS a
    SET last_seq    = $1::bigint,
        failing_seq = NULL,
        failing_at  = NULL,
        last_error  = NULL,
        updated_at  = now()
- WHERE source = $2::text
-   AND aggregate_id = $3::text
+ WHERE a.source = $2::text
+   AND a.aggregate_id = $3::text
+RETURNING EXISTS (SELECT 1
+                    FROM inbox AS p
+                   WHERE p.source = a.source
+                     AND p.aggregate_id = a.aggregate_id
+                     AND p.status = 'parked')::boolean AS parked
 `
 
 type InboxAggregateAdvanceParams struct {
@@ -29,14 +34,30 @@ type InboxAggregateAdvanceParams struct {
 }
 
 // InboxAggregateAdvance records @seq as the aggregate's position processed
-// last and clears its failure, under the lock of InboxAggregateLock.
+// last and clears its failure, under the lock of InboxAggregateLock, and
+// says whether events of the aggregate are parked (to release after
+// COMMIT). That answer is exact: parking takes the same lock, and this
+// statement's snapshot is taken after the lock was granted.
+// Index: the primary key; inbox_parked for the parked events.
 // 0 rows: the state does not exist (the caller did not lock it first).
-func (q *Queries) InboxAggregateAdvance(ctx context.Context, arg InboxAggregateAdvanceParams) (int64, error) {
-	result, err := q.db.Exec(ctx, inboxAggregateAdvance, arg.Seq, arg.Source, arg.AggregateID)
+func (q *Queries) InboxAggregateAdvance(ctx context.Context, arg InboxAggregateAdvanceParams) ([]bool, error) {
+	rows, err := q.db.Query(ctx, inboxAggregateAdvance, arg.Seq, arg.Source, arg.AggregateID)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	var items []bool
+	for rows.Next() {
+		var parked bool
+		if err := rows.Scan(&parked); err != nil {
+			return nil, err
+		}
+		items = append(items, parked)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const inboxAggregateCreate = `-- name: InboxAggregateCreate :exec

@@ -10,9 +10,13 @@ import (
 
 type Querier interface {
 	// InboxAggregateAdvance records @seq as the aggregate's position processed
-	// last and clears its failure, under the lock of InboxAggregateLock.
+	// last and clears its failure, under the lock of InboxAggregateLock, and
+	// says whether events of the aggregate are parked (to release after
+	// COMMIT). That answer is exact: parking takes the same lock, and this
+	// statement's snapshot is taken after the lock was granted.
+	// Index: the primary key; inbox_parked for the parked events.
 	// 0 rows: the state does not exist (the caller did not lock it first).
-	InboxAggregateAdvance(ctx context.Context, arg InboxAggregateAdvanceParams) (int64, error)
+	InboxAggregateAdvance(ctx context.Context, arg InboxAggregateAdvanceParams) ([]bool, error)
 	// InboxAggregateCreate creates the order state of an aggregate seen for the
 	// first time, with nothing processed.
 	// Lock strategy: INSERT ... ON CONFLICT DO NOTHING on the primary key (a

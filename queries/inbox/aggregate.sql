@@ -30,17 +30,26 @@ VALUES (@source::text, @aggregate_id::text)
 ON CONFLICT (source, aggregate_id) DO NOTHING;
 
 -- InboxAggregateAdvance records @seq as the aggregate's position processed
--- last and clears its failure, under the lock of InboxAggregateLock.
+-- last and clears its failure, under the lock of InboxAggregateLock, and
+-- says whether events of the aggregate are parked (to release after
+-- COMMIT). That answer is exact: parking takes the same lock, and this
+-- statement's snapshot is taken after the lock was granted.
+-- Index: the primary key; inbox_parked for the parked events.
 -- 0 rows: the state does not exist (the caller did not lock it first).
--- name: InboxAggregateAdvance :execrows
-UPDATE inbox_aggregates
+-- name: InboxAggregateAdvance :many
+UPDATE inbox_aggregates AS a
    SET last_seq    = @seq::bigint,
        failing_seq = NULL,
        failing_at  = NULL,
        last_error  = NULL,
        updated_at  = now()
- WHERE source = @source::text
-   AND aggregate_id = @aggregate_id::text;
+ WHERE a.source = @source::text
+   AND a.aggregate_id = @aggregate_id::text
+RETURNING EXISTS (SELECT 1
+                    FROM inbox AS p
+                   WHERE p.source = a.source
+                     AND p.aggregate_id = a.aggregate_id
+                     AND p.status = 'parked')::boolean AS parked;
 
 -- InboxAggregateFailing records that the handler of the aggregate's event
 -- @seq failed (in a transaction of its own, after the failed one rolled
