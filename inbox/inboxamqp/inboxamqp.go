@@ -26,6 +26,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/pgoutbox/pgoutbox/inbox"
+	"github.com/pgoutbox/pgoutbox/inbox/internal/settle"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 )
 
@@ -146,29 +147,18 @@ func consumeOnce(ctx context.Context, cfg Config) error {
 // outcome and error.
 func Handle(ctx context.Context, ib *inbox.Inbox, d amqp.Delivery, requeueDelay time.Duration, log *slog.Logger) (inbox.Outcome, error) {
 	m, err := Message(d)
-	var out inbox.Outcome
-	if err == nil {
-		out, err = ib.Process(ctx, m)
-	}
-	var settle error
-	switch {
-	case err == nil:
-		settle = d.Ack(false)
-	case errors.Is(err, inbox.ErrInvalidMessage):
-		log.Error("inboxamqp: delivery rejected: the inbox cannot record it", slog.String("message_id", d.MessageId), slog.Any("error", err))
-		settle = d.Reject(false)
-	default:
-		log.Warn("inboxamqp: delivery not processed; requeued", slog.String("id", m.ID), slog.Duration("after", requeueDelay), slog.Any("error", err))
-		select {
-		case <-ctx.Done():
-		case <-time.After(requeueDelay):
-		}
-		settle = d.Nack(false, true)
-	}
-	if settle != nil {
-		log.Warn("inboxamqp: settling a delivery failed; it will be delivered again", slog.String("id", m.ID), slog.Any("error", settle))
-	}
-	return out, err
+	return settle.Process(ctx, ib, m, err, settle.Ops{
+		Adapter: "inboxamqp",
+		Ack:     func() error { return d.Ack(false) },
+		Reject:  func() error { return d.Reject(false) },
+		Retry: func() error {
+			select {
+			case <-ctx.Done():
+			case <-time.After(requeueDelay):
+			}
+			return d.Nack(false, true)
+		},
+	}, log)
 }
 
 // Message converts a delivery of the rabbitmq publisher into an

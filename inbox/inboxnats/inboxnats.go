@@ -25,6 +25,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/pgoutbox/inbox"
+	"github.com/pgoutbox/pgoutbox/inbox/internal/settle"
 )
 
 // Defaults applied to zero Config fields.
@@ -110,25 +111,12 @@ func Consume(ctx context.Context, cfg Config) error {
 // NakWithDelay(nakDelay) otherwise. It returns Process's outcome and error.
 func Handle(ctx context.Context, ib *inbox.Inbox, msg natsjs.Msg, nakDelay time.Duration, log *slog.Logger) (inbox.Outcome, error) {
 	m, err := Message(msg)
-	var out inbox.Outcome
-	if err == nil {
-		out, err = ib.Process(ctx, m)
-	}
-	var settle error
-	switch {
-	case err == nil:
-		settle = msg.Ack()
-	case errors.Is(err, inbox.ErrInvalidMessage):
-		log.Error("inboxnats: message terminated: the inbox cannot record it", slog.String("subject", msg.Subject()), slog.Any("error", err))
-		settle = msg.TermWithReason("inbox: invalid message")
-	default:
-		log.Warn("inboxnats: message not processed; JetStream delivers it again", slog.String("id", m.ID), slog.Any("error", err))
-		settle = msg.NakWithDelay(nakDelay)
-	}
-	if settle != nil {
-		log.Warn("inboxnats: settling a message failed; it will be redelivered", slog.String("id", m.ID), slog.Any("error", settle))
-	}
-	return out, err
+	return settle.Process(ctx, ib, m, err, settle.Ops{
+		Adapter: "inboxnats",
+		Ack:     msg.Ack,
+		Reject:  func() error { return msg.TermWithReason("inbox: invalid message") },
+		Retry:   func() error { return msg.NakWithDelay(nakDelay) },
+	}, log)
 }
 
 // Message converts a JetStream message of the jetstream publisher into an
