@@ -23,6 +23,7 @@ type procs struct {
 	wg      sync.WaitGroup
 	slots   []*proc
 	kills   atomic.Int64
+	pauses  atomic.Int64
 	crashes atomic.Int64 // exits the suite did not cause
 }
 
@@ -102,6 +103,7 @@ func (p *procs) stop(timeout time.Duration) {
 	for _, s := range p.slots {
 		s.mu.Lock()
 		if s.running {
+			_ = s.cmd.Process.Signal(syscall.SIGCONT)
 			_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		}
 		s.mu.Unlock()
@@ -120,4 +122,23 @@ func (p *procs) stop(timeout time.Duration) {
 		}
 		<-done
 	}
+}
+
+// pause freezes slot i for d (SIGSTOP, then SIGCONT), like a long GC pause
+// or a stalled VM: a relay's leases expire and another relay takes its
+// messages over; a consumer's unacknowledged messages are delivered to the
+// other consumer. It blocks for d.
+func (p *procs) pause(i int, d time.Duration) {
+	s := p.slots[i%len(p.slots)]
+	s.mu.Lock()
+	if !s.running || p.stopped.Load() {
+		s.mu.Unlock()
+		return
+	}
+	proc := s.cmd.Process
+	_ = proc.Signal(syscall.SIGSTOP)
+	p.pauses.Add(1)
+	s.mu.Unlock()
+	time.Sleep(d)
+	_ = proc.Signal(syscall.SIGCONT)
 }

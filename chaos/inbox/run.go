@@ -133,11 +133,21 @@ func run(ctx context.Context, o options) (bool, error) {
 			case <-time.After(wait):
 			}
 			i := rng.IntN(len(brokers))
-			switch rng.IntN(3) {
+			switch rng.IntN(5) {
 			case 0:
 				relays[i].kill(rng.IntN(o.relays))
 			case 1:
+				// Longer than the relays' 2s lease: another relay
+				// takes its messages over and publishes them again.
+				go relays[i].pause(rng.IntN(o.relays), 2500*time.Millisecond+time.Duration(rng.IntN(1500))*time.Millisecond)
+			case 2:
 				consumers[i].kill(rng.IntN(o.consumers))
+			case 3:
+				// Longer than JetStream's AckWait (5s), Kafka's session
+				// timeout (6s) and two RabbitMQ heartbeats (10s): what it
+				// holds is delivered to the other consumer, and processed
+				// again when it wakes.
+				go consumers[i].pause(rng.IntN(o.consumers), 11*time.Second+time.Duration(rng.IntN(3000))*time.Millisecond)
 			default:
 				brokers[i].cut()
 				cuts.Add(1)
@@ -159,8 +169,10 @@ func run(ctx context.Context, o options) (bool, error) {
 	stopAll()
 
 	ok := drained
-	fmt.Printf("faults: %d relay kills, %d consumer kills, %d connection cuts; %d transactions committed\n",
-		sumKills(relays), sumKills(consumers), cuts.Load(), committed)
+	fmt.Printf("faults: %d relay kills, %d relay pauses, %d consumer kills, %d consumer pauses, %d connection cuts; %d transactions committed\n",
+		sum(relays, func(p *procs) int64 { return p.kills.Load() }), sum(relays, func(p *procs) int64 { return p.pauses.Load() }),
+		sum(consumers, func(p *procs) int64 { return p.kills.Load() }), sum(consumers, func(p *procs) int64 { return p.pauses.Load() }),
+		cuts.Load(), committed)
 	if !drained {
 		fmt.Printf("DRAIN: not every event was processed within %s\n", o.drainTimeout)
 	} else {
@@ -182,10 +194,10 @@ func run(ctx context.Context, o options) (bool, error) {
 	return ok, nil
 }
 
-func sumKills(ps []*procs) int64 {
+func sum(ps []*procs, f func(*procs) int64) int64 {
 	var n int64
 	for _, p := range ps {
-		n += p.kills.Load()
+		n += f(p)
 	}
 	return n
 }
