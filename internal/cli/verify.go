@@ -293,7 +293,6 @@ func (a *app) verify(ctx context.Context, args []string) error {
 	asJSON := f.Bool("json", false, "print the report as JSON")
 	all := f.Bool("all", false, "list every aggregate, not only those with a problem")
 	list := f.int64("list", 20, "aggregates listed in the table (1-100000)")
-	f.hidden["inbox-table"] = true
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
 	}
