@@ -71,15 +71,6 @@ func setup(t *testing.T) *bundle {
 	return &bundle{queue: name, pub: pub}
 }
 
-func (b *bundle) publish(t *testing.T, msgs []dispatcher.Message) {
-	t.Helper()
-	for _, m := range msgs {
-		if err := b.pub.Publish(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func consume(t *testing.T, cfg inboxamqp.Config) {
 	t.Helper()
 	cfg.Logger = testlog.New(t)
@@ -95,7 +86,7 @@ func TestConsume_RequeuedOlderEventIsParkedUntilItsPredecessor(t *testing.T) {
 	pool := inboxtest.NewPool(t)
 	msgs := inboxtest.Chain("o-1", 1, 2)
 	ib := inboxtest.NewInbox(t, inbox.Config{DB: pool, Handler: inboxtest.FailFirst("1")})
-	b.publish(t, msgs)
+	inboxtest.Publish(t, b.pub, msgs)
 	consume(t, inboxamqp.Config{Inbox: ib, Queue: b.queue, RequeueDelay: 100 * time.Millisecond})
 	inboxtest.WaitCount(t, pool, 2, time.Minute, `SELECT count(*) FROM effects`)
 	if got := inboxtest.Effects(t, pool); !slices.Equal(got, []string{"1", "2"}) {
@@ -132,11 +123,11 @@ func TestConsume_TwoConsumersAndCutConnectionsProcessOnceInOrder(t *testing.T) {
 	// Half, then a cut while the consumers may be working, then the rest:
 	// the consumers must have reconnected to get it.
 	half := len(msgs) / 2
-	b.publish(t, msgs[:half])
+	inboxtest.Publish(t, b.pub, msgs[:half])
 	inboxtest.WaitCount(t, pool, 20, time.Minute, `SELECT count(*) FROM effects`)
 	proxy.Down()
 	proxy.Up()
-	b.publish(t, msgs[half:])
+	inboxtest.Publish(t, b.pub, msgs[half:])
 	inboxtest.WaitCount(t, pool, int64(len(msgs)), time.Minute, `SELECT count(*) FROM inbox WHERE status = 'processed'`)
 	inboxtest.CheckOnceInOrder(t, pool, msgs)
 }

@@ -36,11 +36,7 @@ func setup(t *testing.T, msgs []dispatcher.Message) *kfake.Cluster {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	for _, m := range msgs {
-		if err := p.Publish(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	inboxtest.Publish(t, p, msgs)
 	return c
 }
 

@@ -61,7 +61,7 @@ func benchConsume(b *testing.B, mode string, concurrency int) {
 	} else {
 		msgs = inboxtest.Unordered(1, b.N)
 	}
-	bd.publish(b, msgs)
+	inboxtest.Publish(b, bd.pub, msgs)
 	cons := bd.consumer(b, 30*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -62,15 +62,6 @@ func setup(t testing.TB) *bundle {
 	return b
 }
 
-func (b *bundle) publish(t testing.TB, msgs []dispatcher.Message) {
-	t.Helper()
-	for _, m := range msgs {
-		if err := b.pub.Publish(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func (b *bundle) consumer(t testing.TB, ackWait time.Duration) natsjs.Consumer {
 	t.Helper()
 	c, err := b.js.CreateOrUpdateConsumer(context.Background(), b.stream, natsjs.ConsumerConfig{
@@ -97,7 +88,7 @@ func TestConsume_RedeliveredOlderEventIsParkedUntilItsPredecessor(t *testing.T) 
 	pool := inboxtest.NewPool(t)
 	msgs := inboxtest.Chain("o-1", 1, 2)
 	ib := inboxtest.NewInbox(t, inbox.Config{DB: pool, Handler: inboxtest.FailFirst("1")})
-	b.publish(t, msgs)
+	inboxtest.Publish(t, b.pub, msgs)
 	consume(t, inboxnats.Config{Inbox: ib, Consumer: b.consumer(t, 30*time.Second), NakDelay: 300 * time.Millisecond})
 	inboxtest.WaitCount(t, pool, 2, time.Minute, `SELECT count(*) FROM effects`)
 	inboxtest.CheckOnceInOrder(t, pool, msgs)
@@ -127,7 +118,7 @@ func TestConsume_TwoConsumersOnOneSubjectProcessOnceInOrder(t *testing.T) {
 		ib := inboxtest.NewInbox(t, inbox.Config{DB: pool, Handler: inboxtest.FailFirst(fail...)})
 		consume(t, inboxnats.Config{Inbox: ib, Consumer: cons, Concurrency: 4, NakDelay: 50 * time.Millisecond})
 	}
-	b.publish(t, msgs)
+	inboxtest.Publish(t, b.pub, msgs)
 	inboxtest.WaitCount(t, pool, int64(len(msgs)), time.Minute, `SELECT count(*) FROM effects`)
 	inboxtest.WaitCount(t, pool, int64(len(msgs)), time.Minute, `SELECT count(*) FROM inbox WHERE status = 'processed'`)
 	inboxtest.CheckOnceInOrder(t, pool, msgs)
@@ -141,7 +132,7 @@ func TestConsume_CrashBetweenCommitAndAckRedeliversADuplicate(t *testing.T) {
 	b := setup(t)
 	pool := inboxtest.NewPool(t)
 	msgs := inboxtest.Chain("o-1", 1, 1)
-	b.publish(t, msgs)
+	inboxtest.Publish(t, b.pub, msgs)
 	cons := b.consumer(t, time.Second)
 	ib := inboxtest.NewInbox(t, inbox.Config{DB: pool, Handler: inboxtest.Effect})
 	batch, err := cons.Fetch(1, natsjs.FetchMaxWait(10*time.Second))

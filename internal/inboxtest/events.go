@@ -112,3 +112,13 @@ func Unordered(firstID int64, n int) []dispatcher.Message {
 	}
 	return msgs
 }
+
+// Publish publishes msgs with p, in order, failing t on the first error.
+func Publish(t testing.TB, p dispatcher.Publisher, msgs []dispatcher.Message) {
+	t.Helper()
+	for _, m := range msgs {
+		if err := p.Publish(context.Background(), m); err != nil {
+			t.Fatalf("publish %s: %v", m.ID, err)
+		}
+	}
+}
