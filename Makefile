@@ -9,7 +9,7 @@ GO       ?= go
 SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc
 PKGS     := ./...
 
-.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long chaos-failover chaos-datamove build release release-check stress
+.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long chaos-failover chaos-datamove chaos-inbox build release release-check stress
 
 all: verify test
 
@@ -78,6 +78,15 @@ chaos-failover:
 ## switch-over to the last earlier event delivered. About a minute and a half.
 chaos-datamove:
 	$(GO) run ./chaos -datamove -seed $(CHAOS_SEED) -duration 45s -relays 3 -lease 3s -publish-timeout 1s -drain-timeout 2m
+
+## chaos-inbox: consumers using package inbox through NATS JetStream, RabbitMQ
+## and Kafka (in-process kfake) while relays and consumers are SIGKILLed and
+## broker connections cut (a throwaway PostgreSQL; NATS and RabbitMQ at
+## NATS_URL and AMQP_URL, local by default): 0 duplicate side effects, 0 order
+## violations seen by the consumer, 0 missing, checked by pgoutbox verify, or
+## it exits non-zero. About 3 minutes.
+chaos-inbox:
+	$(GO) run ./chaos/inbox -seed $(CHAOS_SEED) -duration 2m -events 5000 -fault-every 1s
 
 ## bench: the benchmark suite (nested module bench/, one throwaway PostgreSQL,
 ## about 19 minutes, 8 of them the pinned-horizon item); writes BENCHMARKS.md

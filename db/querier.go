@@ -826,6 +826,15 @@ type Querier interface {
 	// Lock strategy: none (pg_locks is the lock manager's memory; the regclass
 	// cast takes no lock).
 	OutboxTableLocked(ctx context.Context) (bool, error)
+	// What pgoutbox verify compares with what a consumer received.
+	// OutboxVerifyRows lists the outbox's rows keyset-paged by id (pass the
+	// last id of the previous page as @after_id, 0 for the first): each row's
+	// aggregate, its position in commit order (seq; 0 for a row without one),
+	// its status, and whether it was skipped (resolved without delivery: done
+	// through a dead-letter skip, whose last_error starts with "skipped:").
+	// Index: the primary key. Not for the hot path: it reads every row.
+	// 0 rows: nothing more.
+	OutboxVerifyRows(ctx context.Context, arg OutboxVerifyRowsParams) ([]*OutboxVerifyRowsRow, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -44,6 +44,30 @@ type Message struct {
 	// Config.TracerProvider). Empty when the event has none.
 	TraceParent string
 	TraceState  string
+	// Position is an ordered event's place in its aggregate's commit order,
+	// which publishers send as CloudEvents extension attributes (see
+	// cloudevents.PositionAttributes) so consumers can check order and
+	// completeness (package inbox). Zero when the outbox does not provide
+	// it: unordered events, and claims that do not read it.
+	Position Position
+}
+
+// Position is an ordered event's place in its aggregate's commit order, as
+// stamped at COMMIT. The zero value means "no position".
+type Position struct {
+	// Seq is the event's position: the outbox's seq, increasing with
+	// commit order within the aggregate (a sequence shared by every
+	// aggregate, so not consecutive within one).
+	Seq int64
+	// Prev is the seq of the aggregate's previous ordered event; 0 when
+	// the event is the aggregate's first.
+	Prev int64
+	// Skipped reports that Prev (and maybe earlier events) was resolved
+	// without being delivered (dead, then skipped); Sent is then the seq of
+	// the latest earlier event of the aggregate that was delivered (0:
+	// none). Unused without Skipped.
+	Skipped bool
+	Sent    int64
 }
 
 // IDString formats an outbox id as an idempotency key.

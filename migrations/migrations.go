@@ -38,9 +38,13 @@ const lockID int64 = 0x7067_6f75_7462_6f78
 func FS() fs.FS { return files }
 
 // Latest is the highest migration version this build knows.
-func Latest() int64 {
+func Latest() int64 { return LatestIn(files) }
+
+// LatestIn is the highest migration version among the NNNNN_name.sql files
+// of fsys.
+func LatestIn(fsys fs.FS) int64 {
 	var latest int64
-	entries, _ := fs.Glob(files, "*.sql")
+	entries, _ := fs.Glob(fsys, "*.sql")
 	for _, e := range entries {
 		var v int64
 		if _, err := fmt.Sscanf(e, "%d_", &v); err == nil && v > latest {
@@ -172,20 +176,26 @@ func VersionTableFor(table, schema string) string {
 // CheckIn is Check for the version table versionTable (a plain or
 // schema-qualified name, such as VersionTableFor returns).
 func CheckIn(ctx context.Context, pool *pgxpool.Pool, versionTable string) error {
-	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&exists); err != nil {
+	v, exists, err := AppliedVersion(ctx, pool, versionTable)
+	if err != nil {
 		return fmt.Errorf("check schema: %w", err)
 	}
 	if !exists {
 		return fmt.Errorf("%w: version table %s not found", ErrNotMigrated, versionTable)
 	}
-	var v int64
-	err := pool.QueryRow(ctx, "SELECT coalesce(max(version_id), 0) FROM "+pgx.Identifier(strings.Split(versionTable, ".")).Sanitize()+" WHERE is_applied").Scan(&v)
-	if err != nil {
-		return fmt.Errorf("check schema: %w", err)
-	}
 	if v < Latest() {
 		return fmt.Errorf("%w: database at version %d, this build needs %d", ErrNotMigrated, v, Latest())
 	}
 	return nil
+}
+
+// AppliedVersion reads the highest applied version recorded in the goose
+// version table versionTable (plain or schema-qualified) without creating
+// it; exists is false when the table is missing.
+func AppliedVersion(ctx context.Context, pool *pgxpool.Pool, versionTable string) (v int64, exists bool, err error) {
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&exists); err != nil || !exists {
+		return 0, false, err
+	}
+	err = pool.QueryRow(ctx, "SELECT coalesce(max(version_id), 0) FROM "+pgx.Identifier(strings.Split(versionTable, ".")).Sanitize()+" WHERE is_applied").Scan(&v)
+	return v, err == nil, err
 }

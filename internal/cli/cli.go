@@ -99,6 +99,9 @@ func commands() []command {
 		{"repair", "repair rows restored or replicated from another server (txids, sequencing, sequences)", (*app).repair},
 		{"init", "write the migrations and queries for your own table name into your sqlc project", (*app).initCmd},
 		{"enqueue", "insert one event (for tests and manual replays)", (*app).enqueue},
+		{"inbox migrate", "create or upgrade the inbox tables in the consumer's database", (*app).inboxMigrate},
+		{"inbox init", "write the inbox's migrations and queries for your own table name into your sqlc project", (*app).inboxInit},
+		{"verify", "compare what a consumer received with the outbox: missing, duplicated, out of order", (*app).verify},
 		{"ui", "serve the web console (overview, messages, dead letters, blocked aggregates)", (*app).ui},
 		{"version", "print the version, commit and Go version of this build", (*app).version},
 	}

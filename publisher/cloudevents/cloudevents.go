@@ -41,6 +41,7 @@ package cloudevents
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
@@ -67,7 +68,32 @@ type Attributes struct {
 	// (the creation context); Map omits them when empty.
 	TraceParent string
 	TraceState  string
+	// Position is the ordered event's place in its aggregate's commit order
+	// (see PositionAttributes); Map omits it when zero.
+	Position dispatcher.Position
 }
+
+// Position extension attributes, without prefix: an ordered event's place
+// in its aggregate's commit order, which package inbox checks.
+//
+//	pgoutboxseq       the event's position (decimal): the outbox's seq,
+//	                  increasing with commit order within the aggregate
+//	                  (ce subject); absent for unordered events
+//	pgoutboxprevseq   the position of the aggregate's previous event;
+//	                  absent for the aggregate's first
+//	pgoutboxprevsent  present only when the previous event was skipped at
+//	                  the source (resolved without delivery): the position
+//	                  of the latest earlier event that was delivered, "0"
+//	                  for none
+const (
+	AttrSeq      = "pgoutboxseq"
+	AttrPrevSeq  = "pgoutboxprevseq"
+	AttrPrevSent = "pgoutboxprevsent"
+)
+
+// PositionAttributes are the position extension attributes' names, without
+// prefix.
+var PositionAttributes = []string{AttrSeq, AttrPrevSeq, AttrPrevSent}
 
 // TracingAttributes are the names of the distributed-tracing extension
 // attributes, without prefix.
@@ -81,6 +107,9 @@ func AttributeNames(prefix string) []string {
 		names = append(names, name)
 	}
 	for _, name := range TracingAttributes {
+		names = append(names, prefix+name)
+	}
+	for _, name := range PositionAttributes {
 		names = append(names, prefix+name)
 	}
 	return names
@@ -105,6 +134,7 @@ func From(msg dispatcher.Message, source string) Attributes {
 		DataContentType: "application/json",
 		TraceParent:     msg.TraceParent,
 		TraceState:      msg.TraceState,
+		Position:        msg.Position,
 	}
 }
 
@@ -126,6 +156,15 @@ func (a Attributes) Map(prefix string) map[string]string {
 		m[prefix+"traceparent"] = a.TraceParent
 		if a.TraceState != "" {
 			m[prefix+"tracestate"] = a.TraceState
+		}
+	}
+	if p := a.Position; p.Seq != 0 {
+		m[prefix+AttrSeq] = strconv.FormatInt(p.Seq, 10)
+		if p.Prev != 0 {
+			m[prefix+AttrPrevSeq] = strconv.FormatInt(p.Prev, 10)
+		}
+		if p.Skipped {
+			m[prefix+AttrPrevSent] = strconv.FormatInt(p.Sent, 10)
 		}
 	}
 	return m

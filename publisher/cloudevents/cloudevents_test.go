@@ -1,6 +1,7 @@
 package cloudevents
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -62,5 +63,41 @@ func TestIdempotencyKey_IsStablePerEventAndDiffersBetweenOutboxes(t *testing.T) 
 	}
 	if got := From(dispatcher.Message{ID: "41"}, "urn:shop").IdempotencyKey(); got != IdempotencyKey("urn:shop", "41") {
 		t.Fatalf("Attributes.IdempotencyKey = %q", got)
+	}
+}
+
+// The position of an ordered event travels as three extension attributes;
+// an unordered event (zero Position) has none of them.
+func TestMap_PositionAttributesOnlyWhenSet(t *testing.T) {
+	t.Parallel()
+	msg := dispatcher.Message{ID: "42", AggregateID: "o-1", EventType: "OrderPaid"}
+	for _, tc := range []struct {
+		pos  dispatcher.Position
+		want map[string]string
+	}{
+		{dispatcher.Position{}, map[string]string{}},
+		{dispatcher.Position{Seq: 7}, map[string]string{"ce_pgoutboxseq": "7"}},
+		{dispatcher.Position{Seq: 9, Prev: 7}, map[string]string{"ce_pgoutboxseq": "9", "ce_pgoutboxprevseq": "7"}},
+		{dispatcher.Position{Seq: 9, Prev: 7, Skipped: true}, map[string]string{"ce_pgoutboxseq": "9", "ce_pgoutboxprevseq": "7", "ce_pgoutboxprevsent": "0"}},
+		{dispatcher.Position{Seq: 9, Prev: 7, Skipped: true, Sent: 3}, map[string]string{"ce_pgoutboxseq": "9", "ce_pgoutboxprevseq": "7", "ce_pgoutboxprevsent": "3"}},
+	} {
+		msg.Position = tc.pos
+		got := map[string]string{}
+		for k, v := range From(msg, "").Map("ce_") {
+			for _, name := range PositionAttributes {
+				if k == "ce_"+name {
+					got[k] = v
+				}
+			}
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%+v (-want +got):\n%s", tc.pos, diff)
+		}
+	}
+	names := AttributeNames("ce-")
+	for _, name := range PositionAttributes {
+		if !slices.Contains(names, "ce-"+name) {
+			t.Errorf("AttributeNames does not reserve %s", name)
+		}
 	}
 }

@@ -22,12 +22,17 @@ const HeaderIdempotencyKey = "idempotency_key"
 
 // ReservedHeaders returns the record header names the publisher owns:
 // ce_specversion, ce_id, ce_source, ce_type, ce_subject, ce_time,
-// ce_datacontenttype, ce_traceparent, ce_tracestate, content-type and idempotency_key. Message.Headers with these names
+// ce_datacontenttype, ce_traceparent, ce_tracestate, the position attributes ce_pgoutboxseq,
+// ce_pgoutboxprevseq and ce_pgoutboxprevsent, content-type and idempotency_key. Message.Headers with these names
 // (ignoring case) are dropped.
 func ReservedHeaders() []string { return slices.Clone(reserved) }
 
-// ceOrder is the order the attributes are written in.
-var ceOrder = []string{"specversion", "id", "source", "type", "subject", "time"}
+// ceOrder is the order the attributes are written in; the extension
+// attributes follow, when present, in extensionOrder.
+var (
+	ceOrder        = []string{"specversion", "id", "source", "type", "subject", "time"}
+	extensionOrder = slices.Concat(cloudevents.TracingAttributes, cloudevents.PositionAttributes)
+)
 
 var reserved = func() []string {
 	names := []string{HeaderContentType, HeaderIdempotencyKey}
@@ -49,7 +54,7 @@ func buildRecord(msg dispatcher.Message, topic, source string) *kgo.Record {
 	for _, name := range ceOrder {
 		headers = append(headers, kgo.RecordHeader{Key: cePrefix + name, Value: []byte(ce[cePrefix+name])})
 	}
-	for _, name := range cloudevents.TracingAttributes {
+	for _, name := range extensionOrder {
 		if v, ok := ce[cePrefix+name]; ok {
 			headers = append(headers, kgo.RecordHeader{Key: cePrefix + name, Value: []byte(v)})
 		}

@@ -32,7 +32,8 @@ const cePrefix = "ce-"
 // ReservedHeaders returns the canonical names of the headers the publisher
 // owns: Content-Type, Idempotency-Key, Webhook-Id, Webhook-Timestamp,
 // Webhook-Signature and the CloudEvents attributes (Ce-Specversion, Ce-Id, Ce-Type, Ce-Source,
-// Ce-Subject, Ce-Time, Ce-Datacontenttype, Ce-Traceparent, Ce-Tracestate). Message.Headers with these names
+// Ce-Subject, Ce-Time, Ce-Datacontenttype, Ce-Traceparent, Ce-Tracestate and the position attributes
+// Ce-Pgoutboxseq, Ce-Pgoutboxprevseq, Ce-Pgoutboxprevsent). Message.Headers with these names
 // are dropped; Config.Headers with these names are rejected by New.
 func ReservedHeaders() []string { return slices.Clone(reserved) }
 
