@@ -165,4 +165,3 @@ func attributeSets(data metricdata.Aggregation) []attribute.Set {
 	}
 	return out
 }
-
