@@ -22,6 +22,10 @@ const (
 
 var checkNames = [numChecks]string{"database", "publisher"}
 
+// readiness is what /healthz answers: health for one database,
+// fleetReady for several (fleet_run.go).
+type readiness interface{ ready() (bool, string) }
+
 // health is the last result of each readiness check.
 type health struct {
 	mu      sync.Mutex
