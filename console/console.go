@@ -103,6 +103,11 @@ type Config struct {
 	// changes. Defaults to 1,000.
 	BulkBatch int
 
+	// Home, when set, is a page the header links back to ("all
+	// databases"): NewFleet sets it to the fleet's overview for each
+	// database's console. Defaults to "" (no link).
+	Home string
+
 	// Logger receives one record per action (what changed) and errors.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
