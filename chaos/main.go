@@ -53,6 +53,7 @@ type options struct {
 	keep           bool
 	failover       bool // a synchronous standby, promoted mid-run (failover.go)
 	pgbouncer      bool
+	fleet          int // databases of the fleet variant (fleetrun.go); 0 = one database
 	args           []string
 }
 
@@ -79,6 +80,8 @@ func main() {
 	flag.BoolVar(&o.failover, "failover", false, "add a synchronous streaming standby; mid-run stop the primary hard and promote the standby "+
 		"(everyone connects through a multi-host URL); replaces the PostgreSQL restarts")
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "route producers and relays through a throwaway PgBouncer in transaction mode (Debian's pgbouncer); relays LISTEN on a direct connection (--listen-url)")
+	flag.IntVar(&o.fleet, "fleet", 0, "the fleet variant: this many databases on one server, relays finding them by discovery; "+
+		"faults: relay kills, one database's connections terminated, one database dropped and created again (fleetrun.go)")
 	flag.Parse()
 	o.args = os.Args[1:]
 	if err := o.validate(); err != nil {
@@ -97,6 +100,22 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.fleet > 0 {
+		if o.fleet < 2 {
+			fmt.Fprintln(os.Stderr, "chaos:", errFleetOptions)
+			os.Exit(2)
+		}
+		res, err := runFleet(ctx, o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			os.Exit(2)
+		}
+		if !res.OK() {
+			fmt.Fprintln(os.Stderr, "chaos: INVARIANTS VIOLATED")
+			os.Exit(1)
+		}
+		return
+	}
 	res, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
