@@ -46,8 +46,6 @@ type Fleet struct {
 	polls, probes, probeWakes atomic.Int64
 	discoveries               atomic.Int64
 	discoverErr               atomic.Pointer[string]
-
-	onState func(name string, s State) // tests
 }
 
 // New returns a fleet serving dbs (and whatever Config.Discover finds)

@@ -54,14 +54,13 @@ type member struct {
 
 func (m *member) set(state State, reason string) {
 	m.mu.Lock()
-	changed := m.state != state
-	m.state, m.since = state, time.Now()
+	defer m.mu.Unlock()
+	if m.state != state {
+		m.since = time.Now()
+	}
+	m.state = state
 	if reason != "" {
 		m.reason = reason
-	}
-	m.mu.Unlock()
-	if changed && m.f.onState != nil {
-		m.f.onState(m.db.Name, state)
 	}
 }
 

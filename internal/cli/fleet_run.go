@@ -66,6 +66,9 @@ func sourceTemplate(f *flags, s string) (func(fleet.Database) string, error) {
 
 // relayFleet runs the relay over several databases (package fleet).
 func (a *app) relayFleet(ctx context.Context, rc runConfig, f *flags, fr fleetRunFlags, listenURL string) error {
+	if rc.disp.DisableListen {
+		return f.usageError("--no-listen: with several databases choose the wake-up with --wake poll or --wake stats")
+	}
 	if listenURL != "" {
 		return f.usageError("--listen-url names one database's server: with several databases use --wake poll or stats behind a transaction-mode pooler")
 	}

@@ -85,7 +85,7 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,fleet,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: defaults,soak,retention); default all but the opt-in ones")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,fleet,databases,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: defaults,soak,retention); default all but the opt-in ones")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.IntVar(&timelineLevel, "timeline", 0, "development: with -try, print how much of each drain ran 0, 1, 2 or more statements at once and each statement's total time (2: every statement as well)")
@@ -246,6 +246,7 @@ func run(o options) error {
 		{"drain", runDrain},
 		{"defaults", runDefaults},
 		{"fleet", runFleet},
+		{"databases", runDatabases},
 		{"idle", runIdle},
 		{"ceiling", runCeiling},
 		{"sweep", runSweep},
