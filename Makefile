@@ -79,7 +79,7 @@ chaos-fleet:
 	$(GO) run ./chaos -fleet 20 -seed $(CHAOS_SEED) -duration 90s -events 20000 -relays 4 -drain-timeout 2m
 
 ## bench: the benchmark suite (nested module bench/, one throwaway PostgreSQL,
-## about 19 minutes, 8 of them the pinned-horizon item); writes BENCHMARKS.md
+## about 25 minutes, 8 of them the pinned-horizon item, 6 the 200 databases); writes BENCHMARKS.md
 ## and docs/bench/*.png
 bench:
 	cd bench && go run ./cmd/bench -out ..

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -80,15 +79,9 @@ func runFleet(ctx context.Context, o options) (*fleetResult, error) {
 			os.RemoveAll(tmp)
 		}
 	}()
-	bin := o.bin
-	if bin == "" {
-		bin = filepath.Join(tmp, "pgoutbox")
-		say("building pgoutbox")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgoutbox")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build ./cmd/pgoutbox: %w\n%s", err, out)
-		}
+	bin, err := binary(ctx, o, root, tmp, say) // run.go
+	if err != nil {
+		return nil, err
 	}
 	// Up to three connections per relay and database, the producers', the
 	// suite's.

@@ -20,6 +20,21 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/tcpproxy"
 )
 
+// binary is -bin, or pgoutbox built into dir.
+func binary(ctx context.Context, o options, root, dir string, say func(string, ...any)) (string, error) {
+	if o.bin != "" {
+		return o.bin, nil
+	}
+	bin := filepath.Join(dir, "pgoutbox")
+	say("building pgoutbox")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgoutbox")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/pgoutbox: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
 // figures is everything the report prints.
 type figures struct {
 	o                options
@@ -68,15 +83,9 @@ func run(ctx context.Context, o options) (*Result, error) {
 		fmt.Printf("  %6.1fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	bin := o.bin
-	if bin == "" {
-		bin = filepath.Join(tmp, "pgoutbox")
-		say("building pgoutbox")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgoutbox")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build ./cmd/pgoutbox: %w\n%s", err, out)
-		}
+	bin, err := binary(ctx, o, root, tmp, say)
+	if err != nil {
+		return nil, err
 	}
 
 	say("starting a throwaway PostgreSQL")

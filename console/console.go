@@ -202,16 +202,20 @@ func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
 // ServeHTTP serves the console: authentication, security headers, CSRF on
 // every state-changing request, then the page.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
+	securityHeaders(w.Header())
+	if !c.authenticate(w, r) {
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// securityHeaders sets the headers every response of the console carries.
+func securityHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", contentSecurityPolicy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	if !c.authenticate(w, r) {
-		return
-	}
-	c.mux.ServeHTTP(w, r)
 }
 
 // contentSecurityPolicy allows the console's own stylesheet and nothing

@@ -174,12 +174,7 @@ func (f *Fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	h := w.Header()
-	h.Set("Content-Security-Policy", contentSecurityPolicy)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Cache-Control", "no-store")
+	securityHeaders(w.Header())
 	// The fleet's own pages are served by a console without a database
 	// (authentication, static assets, errors), whose routes it shares.
 	probe := &Console{cfg: f.cfg}

@@ -19,7 +19,7 @@ import (
 const (
 	ConcurrencyDefault         = 64
 	MaxConnsPerDatabaseDefault = 2
-	IdleConnTimeoutDefault     = time.Minute
+	IdleConnTimeoutDefault     = 15 * time.Second
 	PollIntervalDefault        = 5 * time.Second
 	ReapIntervalDefault        = 5 * time.Second
 	StatsIntervalDefault       = 30 * time.Second
@@ -119,9 +119,12 @@ type Config struct {
 	// LISTEN). The dispatcher then claims its two kinds of messages in turn.
 	MaxConnsPerDatabase int
 
-	// IdleConnTimeout closes a pooled connection unused for this long, so a
-	// quiet database keeps at most the connection its polls use (none, when
-	// this is shorter than the intervals between them). Defaults to 1m.
+	// IdleConnTimeout closes a pooled connection unused for this long. The
+	// pool hands out the connection used last, so a quiet database keeps the
+	// one its polls, recovery passes and gauges take turns on, and a second
+	// one opened when two of them met is closed after this long; shorter
+	// than the intervals between polls, a quiet database keeps none (and
+	// connects for each). Defaults to 15s.
 	IdleConnTimeout time.Duration
 
 	// RetryMin and RetryMax bound the backoff of a database that cannot be

@@ -17,20 +17,15 @@ import (
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/fleet"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/testlog"
 )
 
+// quietLogger is the test's log with -v, else nothing.
 func quietLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		return testlog.New(t)
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // migrated creates n migrated databases and returns them, named d00, d01, …

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -121,7 +122,18 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	if err := renderDeadRows(a.stdout, rows); err != nil {
+		return err
+	}
+	if next != nil {
+		fmt.Fprintf(a.stdout, "\n%d shown; next page: pgoutbox dead list --after-id %d%s\n", len(rows), *next, a.filterArgs(f, filter, *limit))
+	}
+	return nil
+}
+
+// renderDeadRows writes dead messages as a table.
+func renderDeadRows(w io.Writer, rows []*db.OutboxListDeadRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED AT\tLAST ERROR")
 	for _, r := range rows {
 		lastErr := ""
@@ -135,13 +147,7 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, cell(r.EventType, 40), cell(agg, 50),
 			r.Attempts, formatTime(r.CreatedAt), lastErr)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if next != nil {
-		fmt.Fprintf(a.stdout, "\n%d shown; next page: pgoutbox dead list --after-id %d%s\n", len(rows), *next, a.filterArgs(f, filter, *limit))
-	}
-	return nil
+	return tw.Flush()
 }
 
 // filterArgs repeats the filters for the "next page" hint.

@@ -209,17 +209,7 @@ func (a *app) deadListFleet(ctx context.Context, f *flags, filter *deadFilter, a
 		}
 		shown += len(rows)
 		fmt.Fprintf(a.stdout, "== %s ==\n", cell(d.Name, 60))
-		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED AT\tLAST ERROR")
-		for _, r := range rows {
-			lastErr := ""
-			if r.LastError != nil {
-				lastErr = textCell(*r.LastError, 72)
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, cell(r.EventType, 40), cell(r.AggregateType+"/"+r.AggregateID, 50),
-				r.Attempts, formatTime(r.CreatedAt), lastErr)
-		}
-		_ = tw.Flush()
+		_ = renderDeadRows(a.stdout, rows) // dead.go
 		if next != nil {
 			fmt.Fprintf(a.stdout, "(more: --after-id %d with this database's --database-url)\n", *next)
 		}

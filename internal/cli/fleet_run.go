@@ -102,17 +102,11 @@ func (a *app) relayFleet(ctx context.Context, rc runConfig, f *flags, fr fleetRu
 		rc.disp.StatsInterval = 0
 	}
 
-	log := a.relayLogger(rc)
-	rc.disp.Logger = log
-	tel, err := startTelemetry(ctx, rc.telemetry, rc.metricsAddr != "")
+	log, tel, err := a.relayTelemetry(ctx, &rc) // fleet_run.go
 	if err != nil {
-		return failf("run: %s", a.secrets.Scrub(err.Error()))
+		return err
 	}
 	defer tel.shutdown(ctx, log)
-	rc.disp.MeterProvider, rc.disp.TraceMode = tel.mp, rc.telemetry.mode
-	if tel.tp != nil {
-		rc.disp.TracerProvider = tel.tp
-	}
 	cfg := fleet.Config{
 		Dispatcher: rc.disp, Concurrency: int(*fr.concurrency), Wake: wake, PollMin: *fr.pollMin, PollMax: *fr.pollMax,
 		MaxConnsPerDatabase: int(*fr.maxConns), Discover: discover, Source: source, Logger: log,
@@ -189,6 +183,22 @@ func (a *app) relayFleet(ctx context.Context, rc runConfig, f *flags, fr fleetRu
 	return nil
 }
 
+// relayTelemetry makes the relay's logger and starts its telemetry, and
+// sets both in rc's dispatcher configuration.
+func (a *app) relayTelemetry(ctx context.Context, rc *runConfig) (*slog.Logger, *telemetry, error) {
+	log := a.relayLogger(*rc)
+	rc.disp.Logger = log
+	tel, err := startTelemetry(ctx, rc.telemetry, rc.metricsAddr != "")
+	if err != nil {
+		return nil, nil, failf("run: %s", a.secrets.Scrub(err.Error()))
+	}
+	rc.disp.MeterProvider, rc.disp.TraceMode = tel.mp, rc.telemetry.mode
+	if tel.tp != nil {
+		rc.disp.TracerProvider = tel.tp
+	}
+	return log, tel, nil
+}
+
 // relayLogger is the relay's logger (--log-level, --log-format) on stderr.
 func (a *app) relayLogger(rc runConfig) *slog.Logger {
 	hopts := &slog.HandlerOptions{Level: rc.logLevel}
@@ -254,23 +264,7 @@ func (r fleetReady) ready() (bool, string) {
 // attribute, whether each database is served (pgoutbox_database_up), and
 // the publisher's health.
 func observeFleet(meter metric.Meter, fl *fleet.Fleet, h *health) error {
-	var insts []metric.Observable
-	ctrs := make([]metric.Int64ObservableCounter, len(counters))
-	for i, c := range counters {
-		ctr, err := meter.Int64ObservableCounter(strings.TrimSuffix(c.name, "_total"), metric.WithDescription(c.help))
-		if err != nil {
-			return err
-		}
-		ctrs[i] = ctr
-		insts = append(insts, ctr)
-	}
-	queue, err := meter.Int64ObservableGauge("pgoutbox_queue_messages",
-		metric.WithDescription("Outbox messages by status (table-wide, all dispatchers)."))
-	if err != nil {
-		return err
-	}
-	inFlight, err := meter.Int64ObservableGauge("pgoutbox_messages_in_flight",
-		metric.WithDescription("Messages claimed by this process and not yet finalized or handed back."))
+	ri, err := newRelayInstruments(meter) // metrics.go
 	if err != nil {
 		return err
 	}
@@ -279,29 +273,14 @@ func observeFleet(meter metric.Meter, fl *fleet.Fleet, h *health) error {
 	if err != nil {
 		return err
 	}
-	up, err := meter.Int64ObservableGauge("pgoutbox_up",
-		metric.WithDescription("Whether the last check of a dependency succeeded (1) or not (0)."))
-	if err != nil {
-		return err
-	}
-	insts = append(insts, queue, inFlight, dbUp, up)
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, st := range fl.Status() {
 			db := attribute.String("database", st.Name)
-			with := metric.WithAttributes(db)
-			for i, c := range counters {
-				o.ObserveInt64(ctrs[i], c.value(&st.Stats), with)
-			}
-			o.ObserveInt64(inFlight, st.Stats.InFlight, with)
-			o.ObserveInt64(dbUp, int64(boolInt(st.State == fleet.StateRunning)), with)
-			if q := st.Stats.Queue; !q.At.IsZero() {
-				for status, n := range q.ByStatus {
-					o.ObserveInt64(queue, n, metric.WithAttributes(db, attribute.String("status", status)))
-				}
-			}
+			ri.observe(o, &st.Stats, db)
+			o.ObserveInt64(dbUp, int64(boolInt(st.State == fleet.StateRunning)), metric.WithAttributes(db))
 		}
-		o.ObserveInt64(up, int64(boolInt(h.up(checkPublisher))), metric.WithAttributes(attribute.String("dependency", "publisher")))
+		o.ObserveInt64(ri.up, int64(boolInt(h.up(checkPublisher))), metric.WithAttributes(attribute.String("dependency", "publisher")))
 		return nil
-	}, insts...)
+	}, append(ri.all, dbUp)...)
 	return err
 }

@@ -405,17 +405,11 @@ func firstNonEmpty(values ...string) string {
 
 // relay runs the daemon with a validated configuration.
 func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
-	log := a.relayLogger(rc)
-	rc.disp.Logger = log
-	tel, err := startTelemetry(ctx, rc.telemetry, rc.metricsAddr != "")
+	log, tel, err := a.relayTelemetry(ctx, &rc) // fleet_run.go
 	if err != nil {
-		return failf("run: %s", a.secrets.Scrub(err.Error()))
+		return err
 	}
 	defer tel.shutdown(ctx, log)
-	rc.disp.MeterProvider, rc.disp.TraceMode = tel.mp, rc.telemetry.mode
-	if tel.tp != nil {
-		rc.disp.TracerProvider = tel.tp
-	}
 
 	// The pool connects lazily: creating it lets dispatcher.New check the
 	// dispatcher configuration before anything is contacted.

@@ -11,7 +11,8 @@
 // cost vs retained done rows, (4) ordered mode and (4b) the producer cost of
 // ordered events, (5) the SQL ceiling through
 // pgbench, (6) peak RSS while draining 1,000,000 messages (a child process),
-// (7) the cost of tracing (tracing.go), (7-9) the pinned horizon: latency
+// (7) the cost of tracing (tracing.go), (1e) one relay over 200 databases
+// (databases.go), (7-9) the pinned horizon: latency
 // while a long transaction holds the xmin horizon back (horizon.go). Opt-in, with -only: the bloat soak (soak) and
 // DELETE retention at the relay's top rate (retention), horizon_soak.go.
 package main
