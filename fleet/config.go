@@ -119,12 +119,12 @@ type Config struct {
 	// LISTEN). The dispatcher then claims its two kinds of messages in turn.
 	MaxConnsPerDatabase int
 
-	// IdleConnTimeout closes a pooled connection unused for this long. The
-	// pool hands out the connection used last, so a quiet database keeps the
-	// one its polls, recovery passes and gauges take turns on, and a second
-	// one opened when two of them met is closed after this long; shorter
-	// than the intervals between polls, a quiet database keeps none (and
-	// connects for each). Defaults to 15s.
+	// IdleConnTimeout closes a pooled connection unused for this long.
+	// Besides, a database without claims or publishes for two
+	// WatchIntervals keeps one pooled connection, which its polls, recovery
+	// passes and gauges take turns on (a connection released while another
+	// is idle is closed); an IdleConnTimeout shorter than the intervals
+	// between them leaves it none (it connects for each). Defaults to 15s.
 	IdleConnTimeout time.Duration
 
 	// RetryMin and RetryMax bound the backoff of a database that cannot be

@@ -280,3 +280,26 @@ func TestSpansCarryTheDatabase(t *testing.T) {
 		t.Errorf("spans of %v, want d00 and d01", seen)
 	}
 }
+
+// A database that goes quiet keeps one pooled connection (plus its LISTEN),
+// although its polls and recovery passes, every 20ms here, would keep two
+// in use for ever, and no idle timeout closes them.
+func TestQuietDatabaseKeepsOnePooledConnection(t *testing.T) {
+	dbs := migrated(t, 1)
+	enqueue(t, dbs[0].URL, 500, "a", false)
+	pub := newRecorder()
+	start(t, pub, dbs, fleet.Config{WatchInterval: 50 * time.Millisecond, IdleConnTimeout: time.Hour, // only the trim closes
+		Dispatcher: dispatcher.Config{PollInterval: 20 * time.Millisecond, ReapInterval: 20 * time.Millisecond, Batch: 20}})
+	waitFor(t, time.Minute, "500 events delivered", func() bool { return pub.distinct() == 500 })
+	name := dbName(t, dbs[0].URL)
+	conns := func() int {
+		var n int
+		p := pool(t, pgtest.AdminURL(t))
+		if err := p.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = $1 AND backend_type = 'client backend' AND query NOT ILIKE 'LISTEN%'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitFor(t, time.Minute, "one pooled connection left", func() bool { return conns() == 1 })
+}

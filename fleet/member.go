@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
@@ -50,6 +51,8 @@ type member struct {
 	dbname    string
 	past      dispatcher.Stats // counters of its earlier dispatchers
 	restarts  int
+
+	quiet atomic.Bool // no claim or publish for two WatchIntervals: keep one pooled connection (trimPool)
 }
 
 func (m *member) set(state State, reason string) {
@@ -111,6 +114,8 @@ func (m *member) serve(ctx context.Context) error {
 	if cfg.PoolConfig != nil {
 		cfg.PoolConfig(m.db, pcfg)
 	}
+	var poolRef atomic.Pointer[pgxpool.Pool]
+	pcfg.AfterRelease = m.trimPool(&poolRef, pcfg.AfterRelease)
 	m.mu.Lock()
 	m.server = fmt.Sprintf("%s:%d", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port)
 	m.dbname = pcfg.ConnConfig.Database
@@ -120,6 +125,7 @@ func (m *member) serve(ctx context.Context) error {
 		return fmt.Errorf("invalid database URL: %s", parseError(err))
 	}
 	defer pool.Close()
+	poolRef.Store(pool)
 	if err := check(ctx, pool, cfg.Dispatcher); err != nil {
 		return err
 	}
@@ -160,7 +166,8 @@ func (m *member) serve(ctx context.Context) error {
 	watch := time.NewTicker(cfg.WatchInterval)
 	defer watch.Stop()
 	last := d.Stats()
-	stalled := 0
+	stalled, quietFor := 0, 0
+	m.quiet.Store(false)
 	for {
 		select {
 		case err := <-ran:
@@ -180,6 +187,12 @@ func (m *member) serve(ctx context.Context) error {
 		now := d.Stats()
 		progress := now.Claimed != last.Claimed || now.IdleWaits != last.IdleWaits || now.Published != last.Published
 		failing := now.DBErrors != last.DBErrors && !progress
+		if now.Claimed != last.Claimed || now.Published != last.Published || now.InFlight > 0 {
+			quietFor = 0
+		} else {
+			quietFor++
+		}
+		m.quiet.Store(quietFor >= 2)
 		last = now
 		if progress {
 			m.mu.Lock()
@@ -206,6 +219,23 @@ func (m *member) serve(ctx context.Context) error {
 			return cerr
 		}
 		return fmt.Errorf("every claim fails: %s", m.errs.get())
+	}
+}
+
+// trimPool is the pool's AfterRelease: while the database is quiet (no
+// claim, publish or message in flight for two WatchIntervals), a released
+// connection is closed when another one is idle already, so a quiet database
+// keeps one pooled connection, which its polls, recovery passes and gauges
+// take turns on. (Closing by idle time alone does not do it: the pool's
+// health check hands its idle connections out in turn.) A busy database
+// keeps them all. next is the caller's AfterRelease, if any.
+func (m *member) trimPool(pool *atomic.Pointer[pgxpool.Pool], next func(*pgx.Conn) bool) func(*pgx.Conn) bool {
+	return func(c *pgx.Conn) bool {
+		if next != nil && !next(c) {
+			return false
+		}
+		p := pool.Load()
+		return p == nil || !m.quiet.Load() || p.Stat().IdleConns() == 0
 	}
 }
 
