@@ -122,8 +122,8 @@ type Config struct {
 	// IdleConnTimeout closes a pooled connection unused for this long.
 	// Besides, a database without claims or publishes for two
 	// WatchIntervals keeps one pooled connection, which its polls, recovery
-	// passes and gauges take turns on (a connection released while another
-	// is idle is closed); an IdleConnTimeout shorter than the intervals
+	// passes and gauges take turns on (its other idle ones are closed at
+	// each WatchInterval); an IdleConnTimeout shorter than the intervals
 	// between them leaves it none (it connects for each). Defaults to 15s.
 	IdleConnTimeout time.Duration
 

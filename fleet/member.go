@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
@@ -51,8 +50,6 @@ type member struct {
 	dbname    string
 	past      dispatcher.Stats // counters of its earlier dispatchers
 	restarts  int
-
-	quiet atomic.Bool // no claim or publish for two WatchIntervals: keep one pooled connection (trimPool)
 }
 
 func (m *member) set(state State, reason string) {
@@ -114,8 +111,6 @@ func (m *member) serve(ctx context.Context) error {
 	if cfg.PoolConfig != nil {
 		cfg.PoolConfig(m.db, pcfg)
 	}
-	var poolRef atomic.Pointer[pgxpool.Pool]
-	pcfg.AfterRelease = m.trimPool(&poolRef, pcfg.AfterRelease)
 	m.mu.Lock()
 	m.server = fmt.Sprintf("%s:%d", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port)
 	m.dbname = pcfg.ConnConfig.Database
@@ -125,7 +120,6 @@ func (m *member) serve(ctx context.Context) error {
 		return fmt.Errorf("invalid database URL: %s", parseError(err))
 	}
 	defer pool.Close()
-	poolRef.Store(pool)
 	if err := check(ctx, pool, cfg.Dispatcher); err != nil {
 		return err
 	}
@@ -167,7 +161,6 @@ func (m *member) serve(ctx context.Context) error {
 	defer watch.Stop()
 	last := d.Stats()
 	stalled, quietFor := 0, 0
-	m.quiet.Store(false)
 	for {
 		select {
 		case err := <-ran:
@@ -192,7 +185,9 @@ func (m *member) serve(ctx context.Context) error {
 		} else {
 			quietFor++
 		}
-		m.quiet.Store(quietFor >= 2)
+		if quietFor >= 2 {
+			trimIdle(ctx, pool)
+		}
 		last = now
 		if progress {
 			m.mu.Lock()
@@ -222,20 +217,25 @@ func (m *member) serve(ctx context.Context) error {
 	}
 }
 
-// trimPool is the pool's AfterRelease: while the database is quiet (no
-// claim, publish or message in flight for two WatchIntervals), a released
-// connection is closed when another one is idle already, so a quiet database
-// keeps one pooled connection, which its polls, recovery passes and gauges
-// take turns on. (Closing by idle time alone does not do it: the pool's
-// health check hands its idle connections out in turn.) A busy database
-// keeps them all. next is the caller's AfterRelease, if any.
-func (m *member) trimPool(pool *atomic.Pointer[pgxpool.Pool], next func(*pgx.Conn) bool) func(*pgx.Conn) bool {
-	return func(c *pgx.Conn) bool {
-		if next != nil && !next(c) {
-			return false
+// trimIdle closes all idle pooled connections but one. The watch loop
+// calls it while the database is quiet (no claim, publish or message in
+// flight for two WatchIntervals), so a quiet database keeps one pooled
+// connection, which its polls, recovery passes and gauges take turns on.
+// An idle timeout alone does not do it: the pool's health check hands its
+// idle connections out in turn, and timers every few seconds keep them all
+// in use. (Closing connections as they are released would do it too, but a
+// pool with an AfterRelease hook returns connections asynchronously, and a
+// statement right after another then opens a new one.)
+func trimIdle(ctx context.Context, pool *pgxpool.Pool) {
+	if pool.Stat().IdleConns() <= 1 {
+		return
+	}
+	for i, c := range pool.AcquireAllIdle(ctx) {
+		if i == 0 {
+			c.Release()
+			continue
 		}
-		p := pool.Load()
-		return p == nil || !m.quiet.Load() || p.Stat().IdleConns() == 0
+		_ = c.Hijack().Close(ctx)
 	}
 }
 
