@@ -174,11 +174,9 @@ func (f *Fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	securityHeaders(w.Header())
-	// The fleet's own pages are served by a console without a database
-	// (authentication, static assets, errors), whose routes it shares.
-	probe := &Console{cfg: f.cfg}
-	if !probe.authenticate(w, r) {
+	// The fleet's own pages: the same headers, hosts and authentication as
+	// every database's console (a console without a database decides).
+	if !(&Console{cfg: f.cfg}).admit(w, r) {
 		return
 	}
 	switch {

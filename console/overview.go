@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
 // overview is the overview page.
@@ -25,6 +26,7 @@ type overview struct {
 	Latency          chart
 	Delivered        int64 // last hour (exact below the per-minute cap)
 	Estimated        bool  // some minute reached the cap: rates are estimates
+	Horizon          dispatcher.Horizon
 }
 
 // count is a bounded count: N, and whether it reached the cap ("N+").
@@ -44,7 +46,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		minutes                            []*db.OutboxConsoleDeliveredPerMinuteRow
 		blocked                            int64
 		errNow, errCounts, errExp, errLeas error
-		errMin, errBlk                     error
+		errMin, errBlk, errHor             error
 		wg                                 sync.WaitGroup
 	)
 	// Independent reads, run side by side on the pool.
@@ -66,8 +68,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		blocked, errBlk = c.q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{
 			StalledAfter: c.cfg.StalledAfter, Cap: int32(c.cfg.CountCap)})
 	})
+	run(func(ctx context.Context) { o.Horizon, errHor = dispatcher.ReadHorizon(ctx, c.q, 3) })
 	wg.Wait()
-	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk} {
+	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk, errHor} {
 		if err != nil {
 			c.fail(w, r, start, err)
 			return

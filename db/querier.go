@@ -447,6 +447,13 @@ type Querier interface {
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.
 	OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error)
+	// OutboxDeadTuples: what the outbox table carries that vacuum has not
+	// removed yet, from the statistics collector (approximate, updated as
+	// sessions report): dead and live row versions, and how long ago (auto)vacuum
+	// last finished on it, database clock (-1: never since the statistics were
+	// reset).
+	// Lock strategy: none. Always one row (zeros before any statistics).
+	OutboxDeadTuples(ctx context.Context) (*OutboxDeadTuplesRow, error)
 	// OutboxDefer is the business defer with a deadline: back to pending at
 	// now() + @delay with the attempt refunded, unless the message is older than
 	// @max_age (measured on the database clock from created_at), in which case it
@@ -476,6 +483,33 @@ type Querier interface {
 	// 0 rows: lease lost (taken over, reaped, or the claim lost in a failover);
 	// the caller must stop publishing (cancel its context) and must not finalize.
 	OutboxExtendLease(ctx context.Context, arg OutboxExtendLeaseParams) (int64, error)
+	// What pins the xmin horizon. Every row version the outbox deletes or
+	// updates (each claim and finalize writes one) stays in the table and its
+	// indexes until no snapshot that can see it remains; the oldest snapshot on
+	// the server decides, whichever database or table it reads. These queries
+	// name who holds it, so that an operator whose outbox slows down can ask the
+	// right person to end the right thing. Read-only; catalog views only.
+	// OutboxHorizonHolders: the holders of the oldest snapshots on the server,
+	// oldest first (by the age, in transactions, of the xmin they hold):
+	// * backend: a session with an open snapshot (pg_stat_activity.backend_xmin):
+	//   a long query, a REPEATABLE READ or SERIALIZABLE transaction (pg_dump), a
+	//   session idle in transaction. since is its transaction's start.
+	// * standby: a walsender whose standby sends hot_standby_feedback (its
+	//   backend_xmin is the standby's oldest snapshot).
+	// * replication slot: a slot's xmin (physical slots with feedback) or
+	//   catalog_xmin (logical slots; it holds back the system catalogs only).
+	// * prepared transaction: a PREPARE TRANSACTION never committed or rolled
+	//   back; since is when it was prepared.
+	// pid is 0 where there is no process (an inactive slot, a prepared
+	// transaction). Sessions of other roles show their pid and xmin but no
+	// user, state, start or query unless the reader has pg_read_all_stats.
+	// held_seconds is now() - since on the database clock (0 when since is
+	// unknown); xmin_age is age(xmin) in transactions (0 when the holder holds only a
+	// catalog_xmin); query holds the first 80 characters of the session's
+	// current or last statement, whitespace collapsed.
+	// Lock strategy: none.
+	// 0 rows: nothing holds a snapshot (an idle server).
+	OutboxHorizonHolders(ctx context.Context, maxRows int32) ([]*OutboxHorizonHoldersRow, error)
 	// Isolation path. A claim that returns payloads fails as a whole when one row
 	// cannot be returned (a jsonb whose text form exceeds 1 GB fails with 54000
 	// "out of memory" after seconds of CPU; other data or resource errors alike)

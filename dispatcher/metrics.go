@@ -51,6 +51,7 @@ type QueueStats struct {
 	OldestAgeSeconds  float64
 	ExpiredLeases     int64
 	BlockedAggregates int64
+	Horizon           Horizon // who holds the oldest snapshot, and the table's dead tuples
 }
 
 // outcome is what became of a claimed message (or a fenced write).
@@ -89,8 +90,9 @@ type metrics struct {
 	e2eHist        metric.Float64Histogram
 	flushHist      metric.Int64Histogram
 
-	meter                                            metric.Meter
-	depthGauge, ageGauge, expiredGauge, blockedGauge metric.Int64ObservableGauge
+	meter                                             metric.Meter
+	depthGauge, ageGauge, expiredGauge, blockedGauge  metric.Int64ObservableGauge
+	horizonAgeGauge, horizonXminGauge, deadTupleGauge metric.Int64ObservableGauge
 
 	// Config.MetricAttributes, and the options carrying them alone for the
 	// measurements without an attribute of their own (nil without any:
@@ -163,6 +165,18 @@ func newMetrics(mp metric.MeterProvider, extra []attribute.KeyValue) (*metrics, 
 		metric.WithDescription("Ordered aggregates whose head is dead or stalled.")); err != nil {
 		return nil, err
 	}
+	if m.horizonAgeGauge, err = meter.Int64ObservableGauge("pgoutbox.horizon.age", metric.WithUnit("s"),
+		metric.WithDescription("How long the holder of the server's oldest snapshot has held it (its transaction's age; 0 when unknown), labelled with the holder.")); err != nil {
+		return nil, err
+	}
+	if m.horizonXminGauge, err = meter.Int64ObservableGauge("pgoutbox.horizon.xmin_age", metric.WithUnit("{transaction}"),
+		metric.WithDescription("Age in transactions of the oldest snapshot on the server, labelled with its holder (kind, pid, role, name).")); err != nil {
+		return nil, err
+	}
+	if m.deadTupleGauge, err = meter.Int64ObservableGauge("pgoutbox.table.dead_tuples", metric.WithUnit("{tuple}"),
+		metric.WithDescription("Dead row versions in the outbox table that vacuum has not removed (statistics, approximate).")); err != nil {
+		return nil, err
+	}
 	m.meter = meter
 	return m, nil
 }
@@ -181,8 +195,15 @@ func (m *metrics) observeQueue() (metric.Registration, error) {
 		o.ObserveInt64(m.ageGauge, int64(q.OldestAgeSeconds), m.baseObs...)
 		o.ObserveInt64(m.expiredGauge, q.ExpiredLeases, m.baseObs...)
 		o.ObserveInt64(m.blockedGauge, q.BlockedAggregates, m.baseObs...)
+		o.ObserveInt64(m.deadTupleGauge, q.Horizon.DeadTuples, m.baseObs...)
+		if h, ok := q.Horizon.Oldest(); ok {
+			attrs := metric.WithAttributes(append([]attribute.KeyValue{attribute.String("holder_kind", h.Kind), attribute.Int("holder_pid", int(h.PID)),
+				attribute.String("holder_role", h.Role), attribute.String("holder_name", h.Name)}, m.extra...)...)
+			o.ObserveInt64(m.horizonXminGauge, h.XminAge, attrs)
+			o.ObserveInt64(m.horizonAgeGauge, int64(h.HeldSeconds), attrs)
+		}
 		return nil
-	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge)
+	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge, m.horizonAgeGauge, m.horizonXminGauge, m.deadTupleGauge)
 }
 
 func (m *metrics) queueStats() QueueStats {

@@ -101,5 +101,8 @@ func ReadQueueStats(ctx context.Context, q *db.Queries) (QueueStats, error) {
 		return out, err
 	}
 	out.BlockedAggregates = int64(len(blocked))
+	if out.Horizon, err = ReadHorizon(ctx, q, 1); err != nil {
+		return out, err
+	}
 	return out, nil
 }

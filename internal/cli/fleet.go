@@ -165,9 +165,10 @@ func (a *app) fleetPool(ctx context.Context, f *flags, d fleet.Database) (*pgxpo
 // once.
 const fleetParallel = 8
 
-// eachDatabase calls fn for every database, fleetParallel at a time, and
-// returns fn's errors by position.
-func eachDatabase(ctx context.Context, dbs []fleet.Database, parallel int, fn func(ctx context.Context, i int, d fleet.Database) error) []error {
+// eachDatabase calls fn for every database, parallel at a time, and
+// returns fn's errors by position. fn gets an app of its own (a copy of a:
+// connecting records the role of the connection in it, for grant hints).
+func (a *app) eachDatabase(ctx context.Context, dbs []fleet.Database, parallel int, fn func(ctx context.Context, da *app, i int, d fleet.Database) error) []error {
 	errs := make([]error, len(dbs))
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -177,7 +178,8 @@ func eachDatabase(ctx context.Context, dbs []fleet.Database, parallel int, fn fu
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = fn(ctx, i, d)
+			da := *a
+			errs[i] = fn(ctx, &da, i, d)
 		}()
 	}
 	wg.Wait()

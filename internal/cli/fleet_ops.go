@@ -68,20 +68,20 @@ func (a *app) statsFleet(ctx context.Context, f *flags, asJSON bool, watch, stal
 	for i := 0; ; i++ {
 		rep := fleetStatsReport{At: a.now().UTC(), Databases: map[string]*statsReport{}, Errors: map[string]string{},
 			Total: fleetStatsTotal{Databases: len(dbs), ByStatus: map[string]int64{}}}
-		errs := eachDatabase(ctx, dbs, fleetParallel, func(ctx context.Context, _ int, d fleet.Database) error {
+		errs := a.eachDatabase(ctx, dbs, fleetParallel, func(ctx context.Context, da *app, _ int, d fleet.Database) error {
 			mu.Lock()
 			p := pools[d.Name]
 			mu.Unlock()
 			if p == nil {
 				var err error
-				if p, err = a.fleetPool(ctx, f, d); err != nil {
+				if p, err = da.fleetPool(ctx, f, d); err != nil {
 					return err
 				}
 				mu.Lock()
 				pools[d.Name] = p
 				mu.Unlock()
 			}
-			r, err := a.readStats(ctx, p, stalledAfter, maxBlocked)
+			r, err := da.readStats(ctx, p, stalledAfter, maxBlocked)
 			if err != nil {
 				return err
 			}
@@ -164,13 +164,13 @@ func (a *app) deadListFleet(ctx context.Context, f *flags, filter *deadFilter, a
 		return err
 	}
 	pages := make([][]*db.OutboxListDeadRow, len(dbs))
-	errs := eachDatabase(ctx, dbs, fleetParallel, func(ctx context.Context, i int, d fleet.Database) error {
-		p, err := a.fleetPool(ctx, f, d)
+	errs := a.eachDatabase(ctx, dbs, fleetParallel, func(ctx context.Context, da *app, i int, d fleet.Database) error {
+		p, err := da.fleetPool(ctx, f, d)
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		pages[i], err = a.queries(p).OutboxListDead(ctx, filter.params(afterID, int32(limit)))
+		pages[i], err = da.queries(p).OutboxListDead(ctx, filter.params(afterID, int32(limit)))
 		return err
 	})
 	failed := 0
@@ -242,14 +242,14 @@ func (a *app) deadActFleet(ctx context.Context, f *flags, filter *deadFilter, ye
 			}
 		}
 	}()
-	errs := eachDatabase(ctx, dbs, fleetParallel, func(ctx context.Context, i int, d fleet.Database) error {
-		p, err := a.fleetPool(ctx, f, d)
+	errs := a.eachDatabase(ctx, dbs, fleetParallel, func(ctx context.Context, da *app, i int, d fleet.Database) error {
+		p, err := da.fleetPool(ctx, f, d)
 		if err != nil {
 			return err
 		}
 		pools[i] = p
 		for after := int64(0); ; {
-			page, err := a.queries(p).OutboxListDead(ctx, filter.params(after, 1000))
+			page, err := da.queries(p).OutboxListDead(ctx, filter.params(after, 1000))
 			if err != nil {
 				return err
 			}
@@ -360,15 +360,15 @@ func (a *app) migrateFleet(ctx context.Context, f *flags, up bool) error {
 	if up {
 		parallel = 4 // DDL: gentler on a shared server
 	}
-	errs := eachDatabase(ctx, dbs, parallel, func(ctx context.Context, i int, d fleet.Database) error {
-		m, pool, closeDB, err := a.migratorPool(ctx, f, d.URL)
+	errs := a.eachDatabase(ctx, dbs, parallel, func(ctx context.Context, da *app, i int, d fleet.Database) error {
+		m, pool, closeDB, err := da.migratorPool(ctx, f, d.URL)
 		if err != nil {
 			return err
 		}
 		defer closeDB()
 		r := &res[i]
 		if up {
-			if err := a.refuseSecondOutbox(ctx, pool, m.VersionTable()); err != nil {
+			if err := da.refuseSecondOutbox(ctx, pool, m.VersionTable()); err != nil {
 				return err
 			}
 			applied, err := m.Up(ctx)

@@ -3,8 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,63 +96,5 @@ func TestRun_SeveralDatabasesFlagErrors(t *testing.T) {
 		if r.code != ExitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: want exit 2 with %q\n%s", tc.args, tc.want, r)
 		}
-	}
-}
-
-func mustParseURL(t *testing.T, raw string) *url.URL {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
-// Two relays over the same fifty databases (each as `pgoutbox run` with the
-// databases repeated, polling, one pooled connection per database): every
-// event is published, both relays publish, and every row ends done. Not in
-// parallel with the other tests: a hundred connections of its own.
-func TestRun_TwoRelaysOverTheSameFiftyDatabases(t *testing.T) {
-	var dbs []*testDB
-	args := []string{"run", "--publisher", "stdout", "--stdout-cloudevents", "--wake", "poll", "--poll-max", "200ms",
-		"--max-conns-per-database", "1", "--batch", "5"}
-	for range 50 {
-		d := newDB(t)
-		d.enqueue(t, 10, "OrderPaid", "o-1", false)
-		dbs = append(dbs, d)
-		args = append(args, "--database-url", d.url)
-	}
-	one := start(t, invocation{}, append(slices.Clip(args), "--owner", "one")...)
-	two := start(t, invocation{}, append(slices.Clip(args), "--owner", "two")...)
-	eventually(t, 2*time.Minute, "every row done", func() bool {
-		for _, d := range dbs {
-			if d.count(t, "status = 'done'") != 10 {
-				return false
-			}
-		}
-		return true
-	})
-	seen := map[string]bool{}
-	for i, b := range []*background{one, two} {
-		r := b.stop(t)
-		wantCode(t, r, ExitOK)
-		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-		if len(lines) == 0 || lines[0] == "" {
-			t.Errorf("relay %d published nothing", i+1)
-			continue
-		}
-		for _, line := range lines {
-			var l struct {
-				ID string            `json:"id"`
-				CE map[string]string `json:"ce"`
-			}
-			if err := json.Unmarshal([]byte(line), &l); err != nil {
-				t.Fatalf("stdout line %q: %v", line, err)
-			}
-			seen[l.CE["source"]+"|"+l.ID] = true
-		}
-	}
-	if len(seen) != 500 {
-		t.Errorf("%d distinct events published, want 500", len(seen))
 	}
 }

@@ -284,8 +284,15 @@ func TestDead_AllMatchingNeedsConfirmation(t *testing.T) {
 		t.Fatalf("%d dead after the refusal, want 7", n)
 	}
 
-	// A terminal, answer no.
+	// Standard input a character device that ends at once (/dev/null, as
+	// under a job runner), no --yes: refused with the same advice, not read
+	// as a "no".
 	yes := true
+	r = call(t, invocation{env: d.env(), terminal: &yes, stdin: ""}, "dead", "retry", "--all-matching", "--event-type", "OrderPaid")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "pgoutbox: dead retry: refusing to retry 5 dead messages without confirmation: no answer on stdin (it ended); pass --yes to confirm")
+
+	// A terminal, answer no.
 	r = call(t, invocation{env: d.env(), terminal: &yes, stdin: "n\n"}, "dead", "retry", "--all-matching", "--event-type", "OrderPaid")
 	wantCode(t, r, ExitFailure)
 	mustContain(t, r, "stderr", "retry 5 dead messages? [y/N] ")
