@@ -61,6 +61,7 @@ type options struct {
 	failover       bool // a synchronous standby, promoted mid-run (failover.go)
 	pgbouncer      bool
 	datamove       bool // the data-moves scenario (datamove.go)
+	fleet          int // databases of the fleet variant (fleetrun.go); 0 = one database
 	args           []string
 }
 
@@ -89,6 +90,8 @@ func main() {
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "route producers and relays through a throwaway PgBouncer in transaction mode (Debian's pgbouncer); relays LISTEN on a direct connection (--listen-url)")
 	flag.BoolVar(&o.datamove, "datamove", false, "the data-moves scenario instead of the faults: dump and restore into a second cluster (the source past xid epoch 0), "+
 		"then a logical replication cutover to a third, under live producers and relays (-duration is split between the three servers)")
+	flag.IntVar(&o.fleet, "fleet", 0, "the fleet variant: this many databases on one server, relays finding them by discovery; "+
+		"faults: relay kills, one database's connections terminated, one database dropped and created again (fleetrun.go)")
 	flag.Parse()
 	o.args = os.Args[1:]
 	if err := o.validate(); err != nil {
@@ -107,6 +110,22 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.fleet > 0 {
+		if o.fleet < 2 {
+			fmt.Fprintln(os.Stderr, "chaos:", errFleetOptions)
+			os.Exit(2)
+		}
+		res, err := runFleet(ctx, o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			os.Exit(2)
+		}
+		if !res.OK() {
+			fmt.Fprintln(os.Stderr, "chaos: INVARIANTS VIOLATED")
+			os.Exit(1)
+		}
+		return
+	}
 	var res interface{ OK() bool }
 	var err error
 	if o.datamove {

@@ -114,6 +114,11 @@ type Config struct {
 	// changes. Defaults to 1,000.
 	BulkBatch int
 
+	// Home, when set, is a page the header links back to ("all
+	// databases"): NewFleet sets it to the fleet's overview for each
+	// database's console. Defaults to "" (no link).
+	Home string
+
 	// Logger receives one record per action (what changed) and errors.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
@@ -213,20 +218,30 @@ func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
 // ServeHTTP serves the console: authentication, security headers, CSRF on
 // every state-changing request, then the page.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
+	if !c.admit(w, r) {
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// admit sets the security headers and lets the request on only for a host
+// the console serves, authenticated; otherwise it has answered.
+func (c *Console) admit(w http.ResponseWriter, r *http.Request) bool {
+	securityHeaders(w.Header())
+	if !c.hostAllowed(r.Host) {
+		http.Error(w, "misdirected request: this console does not serve the host "+strconvQuote(r.Host), http.StatusMisdirectedRequest)
+		return false
+	}
+	return c.authenticate(w, r)
+}
+
+// securityHeaders sets the headers every response of the console carries.
+func securityHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", contentSecurityPolicy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	if !c.hostAllowed(r.Host) {
-		http.Error(w, "misdirected request: this console does not serve the host "+strconvQuote(r.Host), http.StatusMisdirectedRequest)
-		return
-	}
-	if !c.authenticate(w, r) {
-		return
-	}
-	c.mux.ServeHTTP(w, r)
 }
 
 // contentSecurityPolicy allows the console's own stylesheet and nothing

@@ -25,6 +25,7 @@ var funcs = template.FuncMap{
 	"str":     func(s *string) string { return deref(s) },
 	"seconds": func(s float64) string { return formatAge(time.Duration(s * float64(time.Second))) },
 	"slice2":  func(a, b chart) []chart { return []chart{a, b} },
+	"rate":    func(r float64) string { return strconv.FormatFloat(r, 'f', 1, 64) },
 	"form": func(base, path string, f filter, statuses []string) filterForm {
 		return filterForm{Action: base + path, Filter: f, Statuses: statuses}
 	},
@@ -63,7 +64,9 @@ type view struct {
 	ReadOnly bool
 	CSRF     string
 	Where    string
-	Refresh  int // seconds between reloads; 0 = none
+	Refresh  int    // seconds between reloads; 0 = none
+	Home     string // Config.Home: a link back to a fleet's overview
+	Fleet    bool   // the fleet's overview (fleet.go): no per-database navigation
 	Data     any
 }
 
@@ -71,10 +74,15 @@ type view struct {
 // half a page, and reports the server time in a Server-Timing header.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, start time.Time, status int, name, title, nav string, refresh time.Duration, data any) {
 	v := view{Title: title, Nav: nav, Base: c.cfg.Prefix, ReadOnly: c.cfg.ReadOnly, Where: c.where,
-		Refresh: int(refresh / time.Second), Data: data}
+		Refresh: int(refresh / time.Second), Home: c.cfg.Home, Data: data}
 	if !c.cfg.ReadOnly {
 		v.CSRF = c.csrfToken(w, r)
 	}
+	c.write(w, start, status, name, v)
+}
+
+// write renders page name with v, buffered, with the Server-Timing header.
+func (c *Console) write(w http.ResponseWriter, start time.Time, status int, name string, v view) {
 	var buf bytes.Buffer
 	if err := pages[name].ExecuteTemplate(&buf, "layout.html", v); err != nil {
 		c.log.Error("console: render", slog.String("page", name), slog.String("error", err.Error()))

@@ -5,6 +5,12 @@ import (
 	"net/http"
 )
 
+// staticFiles serves the embedded stylesheet.
+var staticFiles = func() http.Handler {
+	static, _ := fs.Sub(assets, "static")
+	return http.FileServerFS(static)
+}()
+
 func (c *Console) routes() {
 	p := c.cfg.Prefix
 	m := http.NewServeMux()
@@ -15,8 +21,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+p+"/blocked", c.blocked)
 	m.HandleFunc("POST "+p+"/confirm", c.confirm)
 	m.HandleFunc("POST "+p+"/apply", c.apply)
-	static, _ := fs.Sub(assets, "static")
-	m.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", http.FileServerFS(static)))
+	m.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", staticFiles))
 	if p != "" {
 		m.Handle("GET "+p, http.RedirectHandler(p+"/", http.StatusMovedPermanently))
 	}

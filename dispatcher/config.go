@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -366,6 +367,22 @@ type Config struct {
 	// use the same value. Defaults to DefaultSource of the pool's connection
 	// settings and the outbox table ("pgoutbox://HOST:PORT/DATABASE/public.outbox").
 	Source string
+
+	// Hooks for running dispatchers over many databases in one process
+	// (package fleet composes them); a single dispatcher needs none.
+
+	// Limiter, when set, is a limit on publishes that this dispatcher
+	// shares with others: every publish waits in Limiter.Acquire for a slot
+	// and gives it back when Publish returns (see Limiter). Concurrency
+	// still bounds this dispatcher's own publishes. Defaults to nil: only
+	// Concurrency.
+	Limiter Limiter
+
+	// MetricAttributes are added to every measurement of the dispatcher's
+	// instruments (counters, histograms and queue gauges), for example
+	// attribute.String("database", name) when several dispatchers report
+	// to one MeterProvider. Defaults to none.
+	MetricAttributes []attribute.KeyValue
 }
 
 func (c Config) withDefaults() Config {

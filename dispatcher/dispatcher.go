@@ -86,7 +86,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 			listenC.DialFunc = dial
 		}
 	}
-	m, err := newMetrics(cfg.MeterProvider)
+	m, err := newMetrics(cfg.MeterProvider, cfg.MetricAttributes)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
@@ -250,6 +250,7 @@ type job struct {
 	span         trace.Span // the publish span, until its outcome is known (trace.go)
 	outcome      string     // the publish span's outcome, set by the fenced write of a failure
 	pctx         publishCtx // the publish's context when a worker clock times it (publishclock.go)
+	slot         bool       // holds a slot of Config.Limiter (limiter.go)
 }
 
 // claimLoop claims while there is room in flight, until ctx ends. It

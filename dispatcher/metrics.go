@@ -103,6 +103,14 @@ type metrics struct {
 	horizonAgeGauge, horizonXminGauge, deadTupleGauge metric.Int64ObservableGauge
 	unrepairedGauge                                   metric.Int64ObservableGauge
 	unrepairedAttrs                                   [3]metric.ObserveOption // unsequenced, foreign_txid, sequence_behind
+
+	// Config.MetricAttributes, and the options carrying them alone for the
+	// measurements without an attribute of their own (nil without any:
+	// built once, so a measurement allocates nothing for them).
+	extra      []attribute.KeyValue
+	baseAdd    []metric.AddOption
+	baseRecord []metric.RecordOption
+	baseObs    []metric.ObserveOption
 }
 
 // secondsBuckets are the advised boundaries of the duration histograms: 1ms
@@ -110,16 +118,23 @@ type metrics struct {
 var secondsBuckets = metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 	1, 2.5, 5, 10, 30, 60, 300)
 
-func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+func newMetrics(mp metric.MeterProvider, extra []attribute.KeyValue) (*metrics, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := &metrics{}
+	m := &metrics{extra: extra}
+	if len(extra) > 0 {
+		base := metric.WithAttributeSet(attribute.NewSet(extra...))
+		m.baseAdd, m.baseRecord, m.baseObs = []metric.AddOption{base}, []metric.RecordOption{base}, []metric.ObserveOption{base}
+	}
+	with := func(kv attribute.KeyValue) attribute.Set {
+		return attribute.NewSet(append([]attribute.KeyValue{kv}, extra...)...)
+	}
 	for i, name := range outcomeNames {
-		m.outcomeAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", name)))
+		m.outcomeAttrs[i] = metric.WithAttributeSet(with(attribute.String("outcome", name)))
 	}
 	for i, ok := range []bool{false, true} {
-		m.publishAttrs[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.Bool("ok", ok)))}
+		m.publishAttrs[i] = []metric.RecordOption{metric.WithAttributeSet(with(attribute.Bool("ok", ok)))}
 	}
 	meter := mp.Meter(meterName)
 	var err error
@@ -177,7 +192,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		return nil, err
 	}
 	for i, kind := range []string{"unsequenced", "foreign_txid", "sequence_behind"} {
-		m.unrepairedAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", kind)))
+		m.unrepairedAttrs[i] = metric.WithAttributeSet(with(attribute.String("kind", kind)))
 	}
 	m.meter = meter
 	return m, nil
@@ -192,15 +207,15 @@ func (m *metrics) observeQueue() (metric.Registration, error) {
 			return nil // not read yet
 		}
 		for status, n := range q.ByStatus {
-			o.ObserveInt64(m.depthGauge, n, metric.WithAttributes(attribute.String("status", status)))
+			o.ObserveInt64(m.depthGauge, n, metric.WithAttributes(append([]attribute.KeyValue{attribute.String("status", status)}, m.extra...)...))
 		}
-		o.ObserveInt64(m.ageGauge, int64(q.OldestAgeSeconds))
-		o.ObserveInt64(m.expiredGauge, q.ExpiredLeases)
-		o.ObserveInt64(m.blockedGauge, q.BlockedAggregates)
-		o.ObserveInt64(m.deadTupleGauge, q.Horizon.DeadTuples)
+		o.ObserveInt64(m.ageGauge, int64(q.OldestAgeSeconds), m.baseObs...)
+		o.ObserveInt64(m.expiredGauge, q.ExpiredLeases, m.baseObs...)
+		o.ObserveInt64(m.blockedGauge, q.BlockedAggregates, m.baseObs...)
+		o.ObserveInt64(m.deadTupleGauge, q.Horizon.DeadTuples, m.baseObs...)
 		if h, ok := q.Horizon.Oldest(); ok {
-			attrs := metric.WithAttributes(attribute.String("holder_kind", h.Kind), attribute.Int("holder_pid", int(h.PID)),
-				attribute.String("holder_role", h.Role), attribute.String("holder_name", h.Name))
+			attrs := metric.WithAttributes(append([]attribute.KeyValue{attribute.String("holder_kind", h.Kind), attribute.Int("holder_pid", int(h.PID)),
+				attribute.String("holder_role", h.Role), attribute.String("holder_name", h.Name)}, m.extra...)...)
 			o.ObserveInt64(m.horizonXminGauge, h.XminAge, attrs)
 			o.ObserveInt64(m.horizonAgeGauge, int64(h.HeldSeconds), attrs)
 		}
@@ -222,7 +237,7 @@ func (m *metrics) claimed(ctx context.Context, n int) {
 		return
 	}
 	m.claimedN.Add(int64(n))
-	m.claimCounter.Add(ctx, int64(n))
+	m.claimCounter.Add(ctx, int64(n), m.baseAdd...)
 }
 
 // add counts n messages with outcome o.
@@ -243,12 +258,12 @@ func (m *metrics) publishDuration(ctx context.Context, d time.Duration, ok bool)
 }
 
 func (m *metrics) delivered(ctx context.Context, sinceCreated time.Duration) {
-	m.e2eHist.Record(ctx, sinceCreated.Seconds())
+	m.e2eHist.Record(ctx, sinceCreated.Seconds(), m.baseRecord...)
 }
 
 func (m *metrics) finalizeFlush(ctx context.Context, n int) {
 	m.flushes.Add(1)
-	m.flushHist.Record(ctx, int64(n))
+	m.flushHist.Record(ctx, int64(n), m.baseRecord...)
 }
 
 // Stats returns a snapshot of this dispatcher's counters.

@@ -34,10 +34,11 @@ func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *
 	// lands: the adaptive claim size measures the publishing rate, which
 	// batched finalizes would otherwise deliver in bursts.
 	defer d.worked.Add(1)
-	if d.stopping.Load() {
+	if d.stopping.Load() || !d.acquireSlot(hardCtx, j) {
 		rel.add(j) // claimed but never started: hand back at once
 		return
 	}
+	defer d.releaseSlot(j) // limiter.go: normally given back when Publish returns
 	minRemaining := d.cfg.PublishTimeout
 	if d.cfg.HeartbeatInterval > 0 {
 		minRemaining = d.cfg.HeartbeatInterval
@@ -81,6 +82,7 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 	}
 
 	err := d.safePublish(pctx, j.msg)
+	d.releaseSlot(j)
 	if timed {
 		clock.stop()
 	}

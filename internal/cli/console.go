@@ -29,6 +29,11 @@ messages with filters, message detail with retry/skip, dead letters with bulk
 retry and skip (selected rows, or all matching a filter, through a
 confirmation page), and blocked ordered aggregates with retry/skip of the head.
 
+With several databases (--database-url repeated, or --discover-databases) the
+first page is an overview of them all, what needs attention first (databases
+that cannot be read, blocked aggregates, dead messages, the oldest undelivered
+message), and each name opens that database's own console.
+
 Authentication comes from the environment: PGOUTBOX_UI_TOKEN (browsers ask for
 it as the password of any user name; scripts send "Authorization: Bearer
 TOKEN"), or PGOUTBOX_UI_USER and PGOUTBOX_UI_PASSWORD (HTTP basic auth). Without
@@ -54,7 +59,7 @@ const uiExamples = `  pgoutbox ui
 
 func (a *app) ui(ctx context.Context, args []string) error {
 	f := newFlags("ui", "pgoutbox ui [flags]", uiAbout, uiExamples)
-	dbURL := f.databaseURL()
+	dbURL := f.databaseURLs(true)
 	addr := f.String("addr", "127.0.0.1:8080", "listen address (host:port); a non-loopback host needs "+envUIToken+" or "+envUIUser+"/"+envUIPassword)
 	readOnly := f.Bool("read-only", false, "hide every action and reject state-changing requests")
 	prefix := f.String("prefix", "", "serve under this path (such as /outbox) instead of /")
@@ -118,17 +123,27 @@ func (a *app) ui(ctx context.Context, args []string) error {
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
-	pool, _, err := a.open(ctx, f, *dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
 	log := slog.New(slog.NewTextHandler(a.stderr, nil))
-	h, err := console.New(pool, console.Config{Table: a.table, Schema: a.schema, Prefix: *prefix, ReadOnly: *readOnly,
+	ccfg := console.Config{Table: a.table, Schema: a.schema, Prefix: *prefix, ReadOnly: *readOnly,
 		Token: token, BasicUser: user, BasicPassword: password, StalledAfter: *stalledAfter, Refresh: *refresh, Logger: log,
-		Hosts: *publicHosts})
-	if err != nil {
-		return failf("%v", err)
+		Hosts: *publicHosts}
+	var h http.Handler
+	if f.isFleet() {
+		fh, stop, err := a.uiFleet(ctx, f, ccfg, log) // fleet_ui.go
+		if err != nil {
+			return err
+		}
+		defer stop()
+		h = fh
+	} else {
+		pool, _, err := a.open(ctx, f, *dbURL)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if h, err = console.New(pool, ccfg); err != nil {
+			return failf("%v", err)
+		}
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -66,7 +67,7 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 			"  pgoutbox dead list --event-type OrderPaid --limit 100\n"+
 			"  pgoutbox dead list --after-id 4711\n"+
 			"  pgoutbox dead list --aggregate-type order --json | jq '.messages[].id'")
-	dbURL := f.databaseURL()
+	dbURL := f.databaseURLs(false)
 	afterID := f.int64("after-id", 0, "show messages with an id greater than this (the last id of the previous page)")
 	limit := f.int64("limit", 50, "messages per page (1-1000)")
 	asJSON := f.Bool("json", false, `print {"messages": [...], "next_after_id": N|null}`)
@@ -79,6 +80,9 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 	}
 	if err := f.checkRange("limit", *limit, 1, 1000); err != nil {
 		return err
+	}
+	if f.isFleet() {
+		return a.deadListFleet(ctx, f, filter, *afterID, *limit, *asJSON) // fleet_ops.go
 	}
 	pool, _, err := a.open(ctx, f, *dbURL)
 	if err != nil {
@@ -118,7 +122,18 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	if err := renderDeadRows(a.stdout, rows); err != nil {
+		return err
+	}
+	if next != nil {
+		fmt.Fprintf(a.stdout, "\n%d shown; next page: pgoutbox dead list --after-id %d%s\n", len(rows), *next, a.filterArgs(f, filter, *limit))
+	}
+	return nil
+}
+
+// renderDeadRows writes dead messages as a table.
+func renderDeadRows(w io.Writer, rows []*db.OutboxListDeadRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED AT\tLAST ERROR")
 	for _, r := range rows {
 		lastErr := ""
@@ -132,13 +147,7 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, cell(r.EventType, 40), cell(agg, 50),
 			r.Attempts, formatTime(r.CreatedAt), lastErr)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if next != nil {
-		fmt.Fprintf(a.stdout, "\n%d shown; next page: pgoutbox dead list --after-id %d%s\n", len(rows), *next, a.filterArgs(f, filter, *limit))
-	}
-	return nil
+	return tw.Flush()
 }
 
 // filterArgs repeats the filters for the "next page" hint.
@@ -188,7 +197,7 @@ func (a *app) deadSkip(ctx context.Context, args []string) error {
 // for confirmation, then act in bounded batches, each its own transaction.
 func (a *app) deadAct(ctx context.Context, f *flags, args []string, verb, done string,
 	act func(context.Context, *db.Queries, int64, *string) (int64, error)) error {
-	dbURL := f.databaseURL()
+	dbURL := f.databaseURLs(false)
 	all := f.Bool("all-matching", false, "act on every dead message matching the filters (all dead messages without filters)")
 	yes := f.Bool("yes", false, "do not ask for confirmation (--all-matching)")
 	batch := f.int64("batch", 500, "messages changed per transaction")
@@ -228,6 +237,12 @@ func (a *app) deadAct(ctx context.Context, f *flags, args []string, verb, done s
 		}
 	}
 
+	if f.isFleet() {
+		if !*all {
+			return f.usageError("ids are per database: with several databases use --all-matching, or give the one --database-url the ids belong to")
+		}
+		return a.deadActFleet(ctx, f, filter, *yes, int(*batch), reason, verb, done, act) // fleet_ops.go
+	}
 	pool, _, err := a.open(ctx, f, *dbURL)
 	if err != nil {
 		return err

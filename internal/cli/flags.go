@@ -23,8 +23,9 @@ type flags struct {
 	about    string // what it does
 	examples string // indented example lines
 	hidden   map[string]bool
-	table    *string // --table, on every command that opens the database
-	schema   *string // --schema
+	table    *string     // --table, on every command that opens the database
+	schema   *string     // --schema
+	fleet    *fleetFlags // the multi-database forms (fleet.go), on the commands that have them
 }
 
 func newFlags(name, synopsis, about, examples string) *flags {
@@ -399,9 +400,14 @@ func (v *listValue) Set(s string) error {
 func (f *flags) databaseURL() *string {
 	s := f.String("database-url", "", "PostgreSQL URL or keyword/value DSN (default: $DATABASE_URL)")
 	f.hidden["database-url"] = true
+	f.tableFlags()
+	return s
+}
+
+// tableFlags adds --table and --schema.
+func (f *flags) tableFlags() {
 	f.table = f.String("table", dispatcher.TableDefault, "the outbox table (one created by pgoutbox init --table NAME)")
 	f.schema = f.String("schema", "", "the schema of --table (default: none, resolved through the search_path)")
-	return s
 }
 
 // checkRange returns a usage error unless lo <= n <= hi.

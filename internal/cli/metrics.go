@@ -22,6 +22,10 @@ const (
 
 var checkNames = [numChecks]string{"database", "publisher"}
 
+// readiness is what /healthz answers: health for one database,
+// fleetReady for several (fleet_run.go).
+type readiness interface{ ready() (bool, string) }
+
 // health is the last result of each readiness check.
 type health struct {
 	mu      sync.Mutex
@@ -96,18 +100,7 @@ var counters = []counter{
 // gauges. disp is nil until the dispatcher runs (counters read 0); the
 // queue gauges appear once the dispatcher has read them.
 func observeRelay(meter metric.Meter, disp *atomic.Pointer[dispatcher.Dispatcher], h *health, now func() time.Time) error {
-	var insts []metric.Observable
-	ctrs := make([]metric.Int64ObservableCounter, len(counters))
-	for i, c := range counters {
-		ctr, err := meter.Int64ObservableCounter(strings.TrimSuffix(c.name, "_total"), metric.WithDescription(c.help))
-		if err != nil {
-			return err
-		}
-		ctrs[i] = ctr
-		insts = append(insts, ctr)
-	}
-	queue, err := meter.Int64ObservableGauge("pgoutbox_queue_messages",
-		metric.WithDescription("Outbox messages by status (table-wide, all dispatchers)."))
+	ri, err := newRelayInstruments(meter)
 	if err != nil {
 		return err
 	}
@@ -116,17 +109,7 @@ func observeRelay(meter metric.Meter, disp *atomic.Pointer[dispatcher.Dispatcher
 	if err != nil {
 		return err
 	}
-	up, err := meter.Int64ObservableGauge("pgoutbox_up",
-		metric.WithDescription("Whether the last check of a dependency succeeded (1) or not (0)."))
-	if err != nil {
-		return err
-	}
 	ready, err := meter.Int64ObservableGauge("pgoutbox_ready", metric.WithDescription("1 when /healthz answers ok."))
-	if err != nil {
-		return err
-	}
-	inFlight, err := meter.Int64ObservableGauge("pgoutbox_messages_in_flight",
-		metric.WithDescription("Messages claimed by this process and not yet finalized or handed back (what a crash would leave to lease expiry)."))
 	if err != nil {
 		return err
 	}
@@ -135,31 +118,75 @@ func observeRelay(meter metric.Meter, disp *atomic.Pointer[dispatcher.Dispatcher
 	if err != nil {
 		return err
 	}
-	insts = append(insts, queue, statsAge, up, ready, inFlight, claimSize)
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		var s dispatcher.Stats
 		if d := disp.Load(); d != nil {
 			s = d.Stats()
 		}
-		for i, c := range counters {
-			o.ObserveInt64(ctrs[i], c.value(&s))
-		}
-		o.ObserveInt64(inFlight, s.InFlight)
+		ri.observe(o, &s)
 		o.ObserveInt64(claimSize, s.ClaimSize)
 		if q := s.Queue; !q.At.IsZero() {
-			for status, n := range q.ByStatus {
-				o.ObserveInt64(queue, n, metric.WithAttributes(attribute.String("status", status)))
-			}
 			o.ObserveFloat64(statsAge, now().Sub(q.At).Seconds())
 		}
 		ok, _ := h.ready()
 		for i := range numChecks {
-			o.ObserveInt64(up, int64(boolInt(h.up(i))), metric.WithAttributes(attribute.String("dependency", checkNames[i])))
+			o.ObserveInt64(ri.up, int64(boolInt(h.up(i))), metric.WithAttributes(attribute.String("dependency", checkNames[i])))
 		}
 		o.ObserveInt64(ready, int64(boolInt(ok)))
 		return nil
-	}, insts...)
+	}, append(ri.all, statsAge, ready, claimSize)...)
 	return err
+}
+
+// relayInstruments are the series of the relay's own that one database and
+// several (fleet_run.go) have in common: the counters above, the queue
+// gauges, in-flight messages, and the dependencies' health.
+type relayInstruments struct {
+	ctrs                []metric.Int64ObservableCounter
+	queue, inFlight, up metric.Int64ObservableGauge
+	all                 []metric.Observable
+}
+
+func newRelayInstruments(meter metric.Meter) (*relayInstruments, error) {
+	ri := &relayInstruments{ctrs: make([]metric.Int64ObservableCounter, len(counters))}
+	for i, c := range counters {
+		ctr, err := meter.Int64ObservableCounter(strings.TrimSuffix(c.name, "_total"), metric.WithDescription(c.help))
+		if err != nil {
+			return nil, err
+		}
+		ri.ctrs[i] = ctr
+		ri.all = append(ri.all, ctr)
+	}
+	var err error
+	if ri.queue, err = meter.Int64ObservableGauge("pgoutbox_queue_messages",
+		metric.WithDescription("Outbox messages by status (table-wide, all dispatchers).")); err != nil {
+		return nil, err
+	}
+	if ri.inFlight, err = meter.Int64ObservableGauge("pgoutbox_messages_in_flight",
+		metric.WithDescription("Messages claimed by this process and not yet finalized or handed back (what a crash would leave to lease expiry).")); err != nil {
+		return nil, err
+	}
+	if ri.up, err = meter.Int64ObservableGauge("pgoutbox_up",
+		metric.WithDescription("Whether the last check of a dependency succeeded (1) or not (0).")); err != nil {
+		return nil, err
+	}
+	ri.all = append(ri.all, ri.queue, ri.inFlight, ri.up)
+	return ri, nil
+}
+
+// observe records s's counters, in-flight messages and queue gauges, with
+// attrs (the database, for several) on each.
+func (ri *relayInstruments) observe(o metric.Observer, s *dispatcher.Stats, attrs ...attribute.KeyValue) {
+	with := metric.WithAttributes(attrs...)
+	for i, c := range counters {
+		o.ObserveInt64(ri.ctrs[i], c.value(s), with)
+	}
+	o.ObserveInt64(ri.inFlight, s.InFlight, with)
+	if q := s.Queue; !q.At.IsZero() {
+		for status, n := range q.ByStatus {
+			o.ObserveInt64(ri.queue, n, metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], attribute.String("status", status))...))
+		}
+	}
 }
 
 func boolInt(b bool) int {

@@ -26,9 +26,12 @@ func (a *app) migrateUp(ctx context.Context, args []string) error {
 			"under an advisory lock so concurrent runs do not race). Safe to run on every deploy.",
 		"  DATABASE_URL=postgres://app:secret@db:5432/app pgoutbox migrate up\n"+
 			"  pgoutbox migrate up --database-url 'host=db user=app dbname=app'")
-	dbURL := f.databaseURL()
+	dbURL := f.databaseURLs(false)
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
+	}
+	if f.isFleet() {
+		return a.migrateFleet(ctx, f, true) // fleet_ops.go
 	}
 	m, pool, closeDB, err := a.migratorPool(ctx, f, *dbURL)
 	if err != nil {
@@ -146,9 +149,12 @@ func (a *app) migrateStatus(ctx context.Context, args []string) error {
 			"(the migrations' own columns, indexes, functions and triggers) and lists each migration\n"+
 			"as applied or missing.",
 		"  pgoutbox migrate status")
-	dbURL := f.databaseURL()
+	dbURL := f.databaseURLs(false)
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
+	}
+	if f.isFleet() {
+		return a.migrateFleet(ctx, f, false) // fleet_ops.go
 	}
 	m, pool, closeDB, err := a.migratorPool(ctx, f, *dbURL)
 	if err != nil {

@@ -18,7 +18,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		"  pgoutbox purge --older-than 7d\n"+
 			"  pgoutbox purge --older-than 36h --batch 5000\n"+
 			"  pgoutbox purge --older-than 1d12h")
-	dbURL := f.databaseURL()
+	dbURL := f.databaseURLs(false)
 	olderThan := f.durationDays("older-than", 0, "delete done messages older than this: a Go duration, or days such as 7d (required)")
 	batch := f.int64("batch", 1000, "rows deleted per statement (1-100000)")
 	if _, err := a.parse(f, args, 0); err != nil {
@@ -32,6 +32,9 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	}
 	if err := f.checkRange("batch", *batch, 1, 100000); err != nil {
 		return err
+	}
+	if f.isFleet() {
+		return a.purgeFleet(ctx, f, *olderThan, int32(*batch)) // fleet_ops.go
 	}
 	pool, _, err := a.open(ctx, f, *dbURL)
 	if err != nil {

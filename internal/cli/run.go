@@ -120,7 +120,8 @@ var publisherNames = []string{"http", "nats", "amqp", "kafka", "stdout", "discar
 
 func (a *app) runRelay(ctx context.Context, args []string) error {
 	f := newFlags("run", "pgoutbox run --publisher http|nats|amqp|kafka|stdout|discard [flags]", runAbout, runExamples)
-	dbURL := f.databaseURL()
+	dbURL := f.databaseURLs(true)
+	fr := addFleetRunFlags(f) // fleet_run.go
 	publisher := f.String("publisher", "", "where messages go: http, nats, amqp, kafka, stdout or discard (required)")
 
 	httpURL := f.String("http-url", "", "http: receiver URL, absolute http(s) (required with --publisher http)")
@@ -369,6 +370,10 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		rc.kafka.topic, rc.kafka.template, rc.kafka.timeout = *kafkaTopic, *kafkaTemplate, *kafkaTimeout
 	}
 
+	if f.isFleet() {
+		rc.disp = cfg
+		return a.relayFleet(ctx, rc, f, fr, *listenURL) // fleet_run.go
+	}
 	d, err := a.resolveDatabase(f, *dbURL)
 	if err != nil {
 		return err
@@ -400,24 +405,11 @@ func firstNonEmpty(values ...string) string {
 
 // relay runs the daemon with a validated configuration.
 func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
-	var handler slog.Handler
-	hopts := &slog.HandlerOptions{Level: rc.logLevel}
-	if rc.logJSON {
-		handler = slog.NewJSONHandler(a.stderr, hopts)
-	} else {
-		handler = slog.NewTextHandler(a.stderr, hopts)
-	}
-	log := slog.New(handler)
-	rc.disp.Logger = log
-	tel, err := startTelemetry(ctx, rc.telemetry, rc.metricsAddr != "")
+	log, tel, err := a.relayTelemetry(ctx, &rc) // fleet_run.go
 	if err != nil {
-		return failf("run: %s", a.secrets.Scrub(err.Error()))
+		return err
 	}
 	defer tel.shutdown(ctx, log)
-	rc.disp.MeterProvider, rc.disp.TraceMode = tel.mp, rc.telemetry.mode
-	if tel.tp != nil {
-		rc.disp.TracerProvider = tel.tp
-	}
 
 	// The pool connects lazily: creating it lets dispatcher.New check the
 	// dispatcher configuration before anything is contacted.
@@ -673,7 +665,7 @@ func (a *app) startupAttrs(rc runConfig, d *database) []any {
 }
 
 // serveMetrics binds addr and serves /metrics and /healthz until stop.
-func (a *app) serveMetrics(ctx context.Context, addr string, h *health, metrics http.Handler, log *slog.Logger) (func(), error) {
+func (a *app) serveMetrics(ctx context.Context, addr string, h readiness, metrics http.Handler, log *slog.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, failf("cannot listen on --metrics-addr %s: %s", addr, err)

@@ -99,7 +99,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 			"  pgoutbox stats --json | jq .oldest_undelivered_age_seconds\n"+
 			"  pgoutbox stats --watch 2s\n"+
 			"  pgoutbox stats --stalled-after 1m --max-blocked 100")
-	dbURL := f.databaseURL()
+	dbURL := f.databaseURLs(false)
 	asJSON := f.Bool("json", false, "print one JSON object (one per refresh with --watch)")
 	watch := f.duration("watch", 0, "refresh every interval until interrupted (e.g. 2s; 0 = once)")
 	stalledAfter := f.durationDays("stalled-after", 5*time.Minute, "an ordered aggregate whose oldest undelivered message is older than this counts as blocked")
@@ -117,6 +117,9 @@ func (a *app) stats(ctx context.Context, args []string) error {
 	}
 	if err := f.checkRange("max-blocked", *maxBlocked, 1, 10000); err != nil {
 		return err
+	}
+	if f.isFleet() {
+		return a.statsFleet(ctx, f, *asJSON, *watch, *stalledAfter, int32(*maxBlocked)) // fleet_ops.go
 	}
 	pool, _, err := a.open(ctx, f, *dbURL)
 	if err != nil {

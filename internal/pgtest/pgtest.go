@@ -50,12 +50,41 @@ func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+// MainWith is Main for tests that need more of the server than the test
+// settings give: settings are added to pgcluster.TestSettings of the
+// throwaway cluster. A TEST_DATABASE_URL server whose max_connections is
+// below settings["max_connections"] is not used (a throwaway cluster is
+// started instead, and the tests say so).
+func MainWith(m *testing.M, settings map[string]string) {
+	os.Exit(runWith(m, settings))
+}
+
+func run(m *testing.M) int { return runWith(m, nil) }
+
+func runWith(m *testing.M, extra map[string]string) int {
+	u := os.Getenv("TEST_DATABASE_URL")
+	if need, _ := strconv.Atoi(extra["max_connections"]); u != "" && need > 0 {
+		if have := maxConnections(u); have < need {
+			fmt.Fprintf(os.Stderr, "pgtest: TEST_DATABASE_URL's server allows %d connections, these tests need %d: starting a throwaway cluster instead\n",
+				have, need)
+			u = ""
+		}
+	}
+	settings := pgcluster.TestSettings
+	if len(extra) > 0 {
+		settings = map[string]string{}
+		for k, v := range pgcluster.TestSettings {
+			settings[k] = v
+		}
+		for k, v := range extra {
+			settings[k] = v
+		}
+	}
+	if u != "" {
 		adminURL = u
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: pgcluster.TestSettings})
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: settings})
 		cancel()
 		if err != nil {
 			startErr = fmt.Errorf("no PostgreSQL for tests: TEST_DATABASE_URL is not set and a throwaway cluster could not be started: %w", err)
@@ -191,6 +220,21 @@ func ensureTemplate(admin string) (string, error) {
 		return "", fmt.Errorf("pgtest: %w", err)
 	}
 	return name, nil
+}
+
+// maxConnections is the max_connections of the server at url (0 when it
+// cannot be read).
+func maxConnections(url string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close(ctx)
+	var n int
+	_ = conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&n)
+	return n
 }
 
 func adminExec(ctx context.Context, admin, sql string) error {

@@ -119,6 +119,12 @@ var (
 
 // startRelay starts `pgoutbox run` with publisher and relayFlags' other flags.
 func startRelay(url, publisher string) (*relayProc, error) {
+	return startRelayWith([]string{"DATABASE_URL=" + url}, publisher)
+}
+
+// startRelayWith is startRelay with env added to the environment and args
+// to the flags.
+func startRelayWith(env []string, publisher string, args ...string) (*relayProc, error) {
 	bin, err := relayBin.get()
 	if err != nil {
 		return nil, err
@@ -128,8 +134,8 @@ func startRelay(url, publisher string) (*relayProc, error) {
 		return nil, err
 	}
 	p := &relayProc{metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), stderr: &strings.Builder{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "run", "--publisher", publisher, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn")
-	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+	p.cmd = exec.Command(bin, append([]string{"run", "--publisher", publisher, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn"}, args...)...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = p.stderr
 	if publisher == "stdout" {
 		if p.stdout, err = p.cmd.StdoutPipe(); err != nil {

@@ -11,7 +11,8 @@
 // cost vs retained done rows, (4) ordered mode and (4b) the producer cost of
 // ordered events, (5) the SQL ceiling through
 // pgbench, (6) peak RSS while draining 1,000,000 messages (a child process),
-// (7) the cost of tracing (tracing.go), (7-9) the pinned horizon: latency
+// (7) the cost of tracing (tracing.go), (1e) one relay over 200 databases
+// (databases.go), (7-9) the pinned horizon: latency
 // while a long transaction holds the xmin horizon back (horizon.go). Opt-in, with -only: the bloat soak (soak) and
 // DELETE retention at the relay's top rate (retention), horizon_soak.go.
 package main
@@ -85,7 +86,7 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,fleet,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: defaults,soak,retention); default all but the opt-in ones")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,fleet,databases,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: defaults,soak,retention); default all but the opt-in ones")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.IntVar(&timelineLevel, "timeline", 0, "development: with -try, print how much of each drain ran 0, 1, 2 or more statements at once and each statement's total time (2: every statement as well)")
@@ -246,6 +247,7 @@ func run(o options) error {
 		{"drain", runDrain},
 		{"defaults", runDefaults},
 		{"fleet", runFleet},
+		{"databases", runDatabases},
 		{"idle", runIdle},
 		{"ceiling", runCeiling},
 		{"sweep", runSweep},

@@ -49,6 +49,9 @@ type results struct {
 	// process for DrainZero, the relays (startup included) for the others.
 	DrainZeroCPU, DrainRelayCPU, DrainRelay4CPU []time.Duration
 
+	// Item "databases" (databases.go): one relay over 200 databases.
+	Databases *databasesResult
+
 	// Item "fleet" (fleet.go): a burst committed onto running relays.
 	FleetN                    int
 	FleetOne, FleetFour       []float64 // msg/s per round
