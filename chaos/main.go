@@ -61,7 +61,7 @@ type options struct {
 	failover       bool // a synchronous standby, promoted mid-run (failover.go)
 	pgbouncer      bool
 	datamove       bool // the data-moves scenario (datamove.go)
-	fleet          int // databases of the fleet variant (fleetrun.go); 0 = one database
+	fleet          int  // databases of the fleet variant (fleetrun.go); 0 = one database
 	args           []string
 }
 
