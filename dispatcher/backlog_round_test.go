@@ -95,8 +95,10 @@ func TestBacklog_ClaimsInsideAWindowReuseItsSnapshot(t *testing.T) {
 	}
 	// The idle rounds after the backlog each open a window (and take a
 	// snapshot) of their own; the backlog's sixteen claims took one, the
-	// recovery lane at most one.
-	if idle := claims - 16; snapshots > 2+idle {
+	// recovery lane one a pass: its first, and on a busy machine a second
+	// when the first ran out of its timeout and was retried. Claims that did
+	// not reuse the window's snapshot would take sixteen.
+	if idle := claims - 16; snapshots > 3+idle {
 		t.Fatalf("%d snapshots for %d window claims (%d after the backlog): the claims inside the window did not reuse its snapshot", snapshots, claims, idle)
 	}
 }
