@@ -140,7 +140,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		slog.Int("concurrency", d.cfg.Concurrency), slog.String("claim", d.cfg.Claim.String()))
 
 	// Publishes outlive ctx during shutdown; hardCancel ends them. The
-	// finalizer and the releaser have a context of their own (flushCancel),
+	// finalizer (which hands messages back too) has a context of its own (flushCancel),
 	// so that the final hand-back and finalize still run after hardCancel,
 	// on their own bounded deadline (ShutdownFlush).
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -150,12 +150,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	jobs := make(chan *job, d.maxInFlight)
 	fin := newFinalizer(d)
-	rel := newReleaser(d)
+	rel := &releaser{f: fin}
 
 	var bg sync.WaitGroup
-	bg.Add(2)
+	bg.Add(1)
 	go func() { defer bg.Done(); fin.run(flushCtx) }()
-	go func() { defer bg.Done(); rel.run(flushCtx) }()
 
 	var workers sync.WaitGroup
 	for i := 0; i < d.cfg.Concurrency; i++ {
@@ -216,7 +215,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	fin.close()
-	rel.close()
 	// The final flushes run on flushCtx, which is still live here: they get
 	// ShutdownFlush, then flushCancel ends whatever still waits on the
 	// database (each statement is bounded by WriteTimeout as well).
@@ -244,7 +242,7 @@ type job struct {
 	deadline     time.Time // local monotonic estimate of lease_until (never later than it)
 	msg          Message
 	span         trace.Span // the publish span, until its outcome is known (trace.go)
-	outcome      string     // the publish span's outcome, set by the fenced write of a failure
+	res          result     // what the batch writer writes (finalizer.go)
 	pctx         publishCtx // the publish's context when a worker clock times it (publishclock.go)
 }
 
