@@ -32,6 +32,7 @@ type Dispatcher struct {
 	metrics *metrics
 	tokens  *claimTokens // the lease_owner of each claim (owner.go)
 	tracing *tracing
+	breaker *breaker // the destination's availability (breaker.go)
 
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
@@ -89,6 +90,10 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
 	tr := newTracing(cfg, pub)
+	dest := "publisher"
+	if md, ok := pub.(MessagingDestination); ok {
+		dest = md.MessagingSystem()
+	}
 	var dbtx db.DBTX = newCustomPlans(pool, rename)
 	if !cfg.DisableTracing {
 		dbtx = tracedDB{inner: dbtx, t: tr}
@@ -104,6 +109,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		metrics:     m,
 		tokens:      newClaimTokens(cfg.Owner),
 		tracing:     tr,
+		breaker:     newBreaker(cfg, dest),
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency) + cfg.Batch, // claimRoom: plus one claim being finalized
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
@@ -170,6 +176,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.recoveryLane(ctx, hardCtx, flushCtx, rel)
 	}()
 
+	if reg, err := d.metrics.observeBreaker(d.breaker.holding); err != nil {
+		d.log.Warn("breaker gauge unavailable", slog.Any("error", err))
+	} else {
+		defer reg.Unregister() //nolint:errcheck
+	}
 	var side sync.WaitGroup
 	if !d.cfg.DisableListen {
 		side.Add(1)
@@ -244,6 +255,7 @@ type job struct {
 	span         trace.Span // the publish span, until its outcome is known (trace.go)
 	res          result     // what the batch writer writes (finalizer.go)
 	pctx         publishCtx // the publish's context when a worker clock times it (publishclock.go)
+	probe        bool       // published as the breaker's probe (breaker.go)
 }
 
 // claimLoop claims while there is room in flight, until ctx ends. It
@@ -262,6 +274,10 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
 	for ctx.Err() == nil {
+		if d.breaker.holding() {
+			d.awaitBreaker(ctx, jobs, rel)
+			continue
+		}
 		limit := sizes.limit()
 		free := d.claimRoom(limit, sizes.size())
 		if free < min(sizes.size(), limit/2) {

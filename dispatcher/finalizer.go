@@ -267,9 +267,13 @@ func (d *Dispatcher) written(j *job, status string) {
 	case r.kind == resDone:
 		d.metrics.add(outPublished, 1)
 		j.endPublish(spanDone, "", nil)
+	case r.kind == resRelease && r.err != nil:
+		// Published and found the destination unavailable: refunded.
+		d.metrics.add(outUnavailable, 1)
+		j.endPublish(spanUnavailable, r.errType, r.err)
 	case r.kind == resRelease:
 		d.metrics.add(outReleased, 1)
-		j.endPublish(spanReleased, r.errType, r.err)
+		j.endPublish(spanReleased, "", nil)
 	case status == "dead":
 		d.metrics.add(outDead, 1)
 		ctx := j.spanCtx()

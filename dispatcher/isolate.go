@@ -194,6 +194,11 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 	if err := d.resolveHeads(ctx); err != nil {
 		return err
 	}
+	if d.breaker.holding() {
+		// The destination is unavailable: recovering messages would only
+		// hand them back (breaker.go).
+		return nil
+	}
 	if err := d.sweepBehindCursor(ctx, hardCtx, sink, rel); err != nil {
 		return err
 	}

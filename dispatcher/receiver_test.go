@@ -18,6 +18,7 @@ type receiver struct {
 	status   atomic.Int64
 	requests atomic.Int64
 	answer   func(body []byte) int // when set, decides per request from its body (the payload)
+	handle   func(r *http.Request) // when set, sees every request before it is answered
 }
 
 func newReceiver(t *testing.T, status int) *receiver {
@@ -27,6 +28,9 @@ func newReceiver(t *testing.T, status int) *receiver {
 	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc.requests.Add(1)
 		body, _ := io.ReadAll(r.Body)
+		if rc.handle != nil {
+			rc.handle(r)
+		}
 		code := int(rc.status.Load())
 		if rc.answer != nil {
 			code = rc.answer(body)

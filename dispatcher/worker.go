@@ -48,6 +48,15 @@ func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *
 		rel.add(j)
 		return
 	}
+	publish, probe := d.breaker.admit()
+	if !publish {
+		// The breaker is open: hand the message back unstarted (attempt
+		// refunded), without waking the other dispatchers for it.
+		j.res = result{kind: resRelease, unavailable: true}
+		fin.add(j)
+		return
+	}
+	j.probe = probe
 	d.publish(hardCtx, j, fin, rel, clock)
 }
 
@@ -89,15 +98,18 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 	switch {
 	case leaseLost():
 		// The heartbeat found the lease taken over: the new owner finalizes.
+		d.probeAborted(j)
 		d.leaseLost(j, "heartbeat")
 		d.release(1)
 		return
 	case err == nil:
+		d.breaker.reached()
 		d.metrics.delivered(hardCtx, time.Since(j.msg.CreatedAt))
 		j.res = result{kind: resDone}
 		fin.add(j)
 		return
 	case errors.Is(err, errPanic):
+		d.probeAborted(j)
 		// Treated as a crash of this message: no finalize, the attempt is
 		// spent, the lease expires and a later claim recovers it in isolation
 		// (or the reap buries it at max attempts).
@@ -110,21 +122,31 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 	case hardCtx.Err() != nil:
 		// Shutdown cancelled the publish: hand the message back; it may have
 		// been delivered, and the receiver deduplicates by id.
+		d.probeAborted(j)
 		rel.add(j)
 		return
 	}
-	if !d.classify(sctx, j, err, pctx) {
+	if !d.classify(sctx, j, err, pctx, start) {
+		d.probeAborted(j)
 		d.release(1)
 		return
 	}
 	fin.add(j)
 }
 
+// probeAborted tells the breaker when j was its probe and ended without
+// saying whether the destination is available.
+func (d *Dispatcher) probeAborted(j *job) {
+	if j.probe {
+		d.breaker.probeAborted()
+	}
+}
+
 // classify sets j's result from the publisher's classification of err, for
 // the batch writer. It returns false when nothing is to be written: an
 // unclassified error under UnclassifiedAsCrash leaves the message as a
 // crash would (processing, attempt spent) for lease recovery.
-func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx context.Context) bool {
+func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx context.Context, start time.Time) bool {
 	var (
 		def  *DeferError
 		retr *RetryableError
@@ -136,6 +158,25 @@ func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx conte
 	timedOut := context.Cause(pctx) == context.DeadlineExceeded &&
 		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))
 	errType := publishErrorType(err, timedOut)
+	after, unavailable := unavailableAfter(err)
+	if timedOut {
+		err, unavailable = fmt.Errorf("publish timed out after %s: %w", d.cfg.PublishTimeout, err), true
+	}
+	if unavailable {
+		if d.breaker.unavailable(start, err, after, j.probe) {
+			delay := time.Duration(0)
+			if !d.breaker.holding() {
+				delay = max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
+			}
+			j.res = result{kind: resRelease, delay: delay, text: err.Error(), err: err, errType: errType, unavailable: true}
+		} else {
+			d.retry(j, err, after, errType)
+		}
+		return true
+	}
+	if errors.As(err, &def) || errors.As(err, &retr) || errors.As(err, &perm) {
+		d.breaker.reached() // the destination answered, about this message
+	}
 	switch {
 	case errors.As(err, &def):
 		j.res = result{kind: resDefer, delay: max(def.Delay, 0), text: def.Reason, err: err}
@@ -143,8 +184,6 @@ func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx conte
 		d.retry(j, err, retr.After, errType)
 	case errors.As(err, &perm):
 		j.res = result{kind: resDead, text: err.Error(), err: err, errType: errType}
-	case timedOut:
-		d.retry(j, fmt.Errorf("publish timed out after %s: %w", d.cfg.PublishTimeout, err), 0, errType)
 	default:
 		switch d.cfg.UnclassifiedErrors {
 		case UnclassifiedAsRetryable:
