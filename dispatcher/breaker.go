@@ -71,9 +71,9 @@ type breaker struct {
 	probed atomic.Int64
 }
 
-func newBreaker(cfg Config, dest string) *breaker {
+func newBreaker(cfg Config, dest string, log *slog.Logger) *breaker {
 	return &breaker{threshold: cfg.BreakerThreshold, base: cfg.BreakerProbe, cap: cfg.BreakerProbeMax,
-		log: cfg.Logger, dest: dest, changed: make(chan struct{}), epoch: time.Now()}
+		log: log, dest: dest, changed: make(chan struct{}), epoch: time.Now()}
 }
 
 // status returns the state, when the next probe is due (breakerOpen) and a

@@ -22,17 +22,18 @@ import (
 // any transaction and finalizes them with fenced writes. Any number of
 // dispatchers, in one process or many, can share the table.
 type Dispatcher struct {
-	pool    *pgxpool.Pool
-	q       *db.Queries
-	plain   customPlans     // the pool without table renaming (CheckTable)
-	listenC *pgx.ConnConfig // Config.ListenURL parsed; nil: the pool's settings
-	pub     Publisher
-	cfg     Config
-	log     *slog.Logger
-	metrics *metrics
-	tokens  *claimTokens // the lease_owner of each claim (owner.go)
-	tracing *tracing
-	breaker *breaker // the destination's availability (breaker.go)
+	pool     *pgxpool.Pool
+	q        *db.Queries
+	plain    customPlans     // the pool without table renaming (CheckTable)
+	listenC  *pgx.ConnConfig // Config.ListenURL parsed; nil: the pool's settings
+	pub      Publisher
+	cfg      Config
+	log      *slog.Logger
+	metrics  *metrics
+	tokens   *claimTokens // the lease_owner of each claim (owner.go)
+	tracing  *tracing
+	breaker  *breaker   // the destination's availability (breaker.go)
+	failures failureLog // rate limit of the delivery-failure log lines
 
 	maxInFlight int
 	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
@@ -98,6 +99,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	if !cfg.DisableTracing {
 		dbtx = tracedDB{inner: dbtx, t: tr}
 	}
+	log := newTraceLogger(cfg.Logger).With(slog.String("owner", cfg.Owner))
 	d := &Dispatcher{
 		pool:        pool,
 		q:           db.New(dbtx),
@@ -105,11 +107,11 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		listenC:     listenC,
 		pub:         pub,
 		cfg:         cfg,
-		log:         newTraceLogger(cfg.Logger).With(slog.String("owner", cfg.Owner)),
+		log:         log,
 		metrics:     m,
 		tokens:      newClaimTokens(cfg.Owner),
 		tracing:     tr,
-		breaker:     newBreaker(cfg, dest),
+		breaker:     newBreaker(cfg, dest, log),
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency) + cfg.Batch, // claimRoom: plus one claim being finalized
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),

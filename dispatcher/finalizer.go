@@ -260,7 +260,9 @@ func (d *Dispatcher) finalizeMany(ctx context.Context, batch []*job, ids, versio
 	return row.Ids, row.Statuses, nil
 }
 
-// written accounts for j once its result is in the table with status.
+// written accounts for j once its result is in the table with status:
+// metrics, its publish span, and the delivery-failure log (WARN,
+// rate-limited per event type: failurelog.go).
 func (d *Dispatcher) written(j *job, status string) {
 	r := &j.res
 	switch {
@@ -270,28 +272,26 @@ func (d *Dispatcher) written(j *job, status string) {
 	case r.kind == resRelease && r.err != nil:
 		// Published and found the destination unavailable: refunded.
 		d.metrics.add(outUnavailable, 1)
+		d.logFailure(j, "delivery failed: the destination is unavailable; attempt refunded", r.delay)
 		j.endPublish(spanUnavailable, r.errType, r.err)
 	case r.kind == resRelease:
 		d.metrics.add(outReleased, 1)
 		j.endPublish(spanReleased, "", nil)
 	case status == "dead":
 		d.metrics.add(outDead, 1)
-		ctx := j.spanCtx()
 		if r.kind == resDefer {
-			d.log.WarnContext(ctx, "deferred past MaxDeferAge; message is dead", slog.Int64("outbox_id", j.id),
-				slog.Duration("max_defer_age", d.cfg.MaxDeferAge), slog.String("reason", r.text))
+			d.logFailure(j, "deferred past MaxDeferAge; message is dead", -1)
 		} else {
-			d.log.WarnContext(ctx, "message is dead", slog.Int64("outbox_id", j.id), slog.String("event_type", j.msg.EventType),
-				slog.String("aggregate_id", j.msg.AggregateID), slog.Int("attempt", int(j.attempts)), slog.String("error", r.text))
+			d.logFailure(j, "message is dead", -1)
 		}
 		j.endPublish(spanDead, r.errType, r.err)
 	case r.kind == resDefer:
 		d.metrics.add(outDeferred, 1)
+		d.log.DebugContext(j.spanCtx(), "deferred", slog.Int64("outbox_id", j.id), slog.Duration("delay", r.delay), slog.String("reason", r.text))
 		j.endPublish(spanDefer, r.errType, r.err)
 	default:
 		d.metrics.add(outRetried, 1)
-		d.log.DebugContext(j.spanCtx(), "publish failed, retrying", slog.Int64("outbox_id", j.id), slog.Int("attempt", int(j.attempts)),
-			slog.Duration("delay", r.delay), slog.Any("error", r.err))
+		d.logFailure(j, "delivery failed; retrying", r.delay)
 		j.endPublish(spanRetry, r.errType, r.err)
 	}
 }
