@@ -36,8 +36,8 @@ const (
 // meanwhile, the answer is about this message, and it is retried as a
 // Retryable failure is (attempt spent).
 //
-// Config.BreakerThreshold unavailable publishes in a row, with none reaching
-// the destination in between, open the breaker: the claimer stops claiming,
+// Config.BreakerThreshold such refunded publishes in a row, once none has
+// reached the destination for Config.BreakerProbe, open the breaker: the claimer stops claiming,
 // the recovery lane stops recovering, and the workers hand back (refunded)
 // every claimed message they have not started. After Config.BreakerProbe
 // (doubling, jittered, up to Config.BreakerProbeMax) the claimer claims one
@@ -152,8 +152,14 @@ func (b *breaker) unavailable(start time.Time, err error, after time.Duration, p
 		b.reopen(after)
 		b.log.Debug("probe: the destination is still unavailable", slog.String("publisher", b.dest),
 			slog.Int("probes", b.probes), slog.Time("next_probe", b.nextProbe), slog.Any("error", err))
-	case b.state == breakerClosed:
-		if n := b.failures.Add(1); n >= int64(b.threshold) {
+	case b.state == breakerClosed && refund:
+		// Only failures that found the destination down count, and only
+		// once nothing has reached it for BreakerProbe: an unavailable
+		// answer while other publishes get through is about its message,
+		// and a claim of retries that all fail, among deliveries, must not
+		// open the breaker.
+		n := b.failures.Add(1)
+		if n >= int64(b.threshold) && time.Since(b.epoch)-time.Duration(b.reachedAt.Load()) >= b.base {
 			b.openedAt, b.delay, b.probes = time.Now(), b.base, 0
 			b.opens.Add(1)
 			b.reopen(after)

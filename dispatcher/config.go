@@ -234,13 +234,13 @@ type Config struct {
 	// BreakerThreshold is how many publishes in a row must find the
 	// destination unavailable (an UnavailableError: connection refused or
 	// reset, a timeout, HTTP 502/503/504, a broker that is down), with none
-	// reaching it in between, for the breaker to open: claiming stops, the
-	// claimed messages not yet started are handed back, and one message at a
-	// time probes the destination until it answers (docs/failures.md). An
-	// unavailable publish costs its message no attempt while the
-	// destination looks down, whether or not the breaker is open yet.
-	// Negative turns both off: unavailable publishes are then retried as
-	// Retryable ones, spending attempts. Defaults to
+	// reaching it for at least BreakerProbe, for the breaker to open:
+	// claiming stops, the claimed messages not yet started are handed back,
+	// and one message at a time probes the destination until it answers
+	// (docs/failures.md). An unavailable publish costs its message no
+	// attempt while the destination looks down, whether or not the breaker
+	// is open yet. Negative turns both off: unavailable publishes are then
+	// retried as Retryable ones, spending attempts. Defaults to
 	// BreakerThresholdDefault (10).
 	BreakerThreshold int
 

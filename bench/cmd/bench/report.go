@@ -82,7 +82,8 @@ func (r *results) goals() []goal {
 		mib := float64(r.RSSPeakKiB) / 1024
 		g = append(g, goal{"Peak RSS while draining 1,000,000", "≤ 100 MiB", fmt.Sprintf("%.1f MiB", mib), mib <= 100, ""})
 	}
-	g = append(g, r.horizonGoals()...) // horizon_report.go
+	g = append(g, r.horizonGoals()...)  // horizon_report.go
+	g = append(g, r.failuresGoals()...) // failures_report.go
 	return g
 }
 
@@ -382,6 +383,7 @@ func writeReport(out string, r *results) error {
 	}
 	writeTracing(p, r)
 	r.writeHorizonSections(p, charts) // sections 7-9: horizon_report.go
+	r.writeFailures(p)                // section 10: failures_report.go
 	p("## Tuning log")
 	p("")
 	p("%s", strings.TrimSpace(tuningLog))

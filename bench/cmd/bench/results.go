@@ -49,6 +49,9 @@ type results struct {
 	// process for DrainZero, the relays (startup included) for the others.
 	DrainZeroCPU, DrainRelayCPU, DrainRelay4CPU []time.Duration
 
+	// Item "failures" (failures.go): what a failing receiver costs.
+	Failures *failuresResult
+
 	// Item "fleet" (fleet.go): a burst committed onto running relays.
 	FleetN                    int
 	FleetOne, FleetFour       []float64 // msg/s per round
