@@ -147,7 +147,7 @@ func (b *breaker) unavailable(start time.Time, err error, after time.Duration, p
 	defer b.mu.Unlock()
 	refund = b.state != breakerClosed || time.Duration(b.reachedAt.Load()) < start.Sub(b.epoch)
 	switch {
-	case probe:
+	case probe && b.state == breakerProbing:
 		b.delay = min(2*b.delay, b.cap)
 		b.reopen(after)
 		b.log.Debug("probe: the destination is still unavailable", slog.String("publisher", b.dest),

@@ -204,7 +204,7 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 	}
 	pass := d.newRecoveryPass()
 	defer pass.done()
-	for ctx.Err() == nil && !d.stopping.Load() {
+	for ctx.Err() == nil && !d.stopping.Load() && !d.breaker.holding() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 		owner := d.tokens.next()
