@@ -193,7 +193,7 @@ func writeReliability(path, section string, fg *figures, text string) error {
 	if !strings.Contains(doc, longBegin) || !strings.Contains(doc, shortBegin) {
 		doc = reliabilityIntro +
 			"## Long run (≥ 30 minutes of faults): `make chaos-long`\n\n" + longBegin + "\n(not recorded yet)\n" + longEnd + "\n\n" +
-			"## Short run (CI, ≤ 5 minutes): `make chaos`\n\n" + shortBegin + "\n(not recorded yet)\n" + shortEnd + "\n"
+			"## Short run (CI, ≤ 9 minutes): `make chaos`\n\n" + shortBegin + "\n(not recorded yet)\n" + shortEnd + "\n"
 	}
 	if !strings.Contains(doc, failoverBegin) {
 		doc = strings.TrimRight(doc, "\n") + "\n\n## Failover run (synchronous standby promoted mid-run): `make chaos-failover`\n\n" +
