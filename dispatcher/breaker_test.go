@@ -82,7 +82,8 @@ func TestBreaker_OutageBurnsNoAttemptsThenDrainsInCommitOrder(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	d, _ := b.start(t, rc.publisher(t), fast(dispatcher.Config{
-		Batch: 50, BatchMin: 50, MaxAttempts: 2, BreakerProbe: time.Millisecond, BreakerProbeMax: time.Millisecond,
+		// A lease no busy machine outlasts: a takeover would count an attempt.
+		Lease: time.Minute, Batch: 50, BatchMin: 50, MaxAttempts: 2, BreakerProbe: time.Millisecond, BreakerProbeMax: time.Millisecond,
 		MeterProvider: mp, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}))
 	waitFor(t, 30*time.Second, "the breaker open", func() bool { return d.Stats().BreakerOpen })
@@ -148,7 +149,8 @@ func TestBreaker_MessageLevelAnswerClosesIt(t *testing.T) {
 	b := setup(t)
 	rc := newReceiver(t, http.StatusServiceUnavailable)
 	b.enqueue(t, 30, "a", false)
-	d, _ := b.start(t, rc.publisher(t), fast(dispatcher.Config{MaxAttempts: 5, BreakerProbe: 5 * time.Millisecond, BreakerProbeMax: 5 * time.Millisecond}))
+	d, _ := b.start(t, rc.publisher(t), fast(dispatcher.Config{Lease: time.Minute, MaxAttempts: 5,
+		BreakerProbe: 5 * time.Millisecond, BreakerProbeMax: 5 * time.Millisecond}))
 	waitFor(t, 30*time.Second, "the breaker open", func() bool { return d.Stats().BreakerOpen })
 	rc.status.Store(http.StatusUnprocessableEntity)
 	waitFor(t, 30*time.Second, "every message dead", func() bool { return b.count(t, "status = 'dead'") == 30 })

@@ -194,6 +194,22 @@ func (d *Dispatcher) writeResults(ctx context.Context, batch []*job, noHandoff b
 		return
 	}
 	d.metrics.finalizeFlush(ctx, len(batch))
+	// A finalized ordered message makes the next message of its aggregate
+	// the head, which nothing else announces (no INSERT, so no NOTIFY): wake
+	// the claimer, or an idle one would wait for the poll interval before
+	// each message of a busy aggregate (measured: one hot aggregate went
+	// from about 1 msg/s with the default 1s poll to hundreds per second;
+	// see BENCHMARKS.md). Only a statement with the hand-off locks
+	// (noHandoff false) finalizes ordered rows done.
+	if !noHandoff {
+		defer d.wakeUp()
+	}
+	if statuses == nil && len(written) == len(batch) {
+		// The success path: every row done, counted once per statement.
+		d.metrics.add(outPublished, int64(len(batch)))
+		endFinalized(batch, nil)
+		return
+	}
 	status := make(map[int64]string, len(written))
 	for i, id := range written {
 		if statuses == nil {
@@ -202,25 +218,19 @@ func (d *Dispatcher) writeResults(ctx context.Context, batch []*job, noHandoff b
 			status[id] = statuses[i]
 		}
 	}
-	wake, notify := false, false
+	var counts [numOutcomes]int64
+	notify := false
 	for _, j := range batch {
 		st, ok := status[j.id]
 		if !ok {
 			d.leaseLost(j, op)
 			continue
 		}
-		d.written(j, st)
-		// A finalized ordered message makes the next message of its
-		// aggregate the head, which nothing else announces (no INSERT, so no
-		// NOTIFY): wake the claimer, or an idle one would wait for the poll
-		// interval before each message of a busy aggregate (measured: one
-		// hot aggregate went from about 1 msg/s with the default 1s poll to
-		// hundreds per second; see BENCHMARKS.md).
-		wake = wake || (j.msg.Ordered && st == "done")
+		counts[d.written(j, st)]++
 		notify = notify || (j.res.kind == resRelease && !j.res.unavailable && j.res.delay == 0)
 	}
-	if wake {
-		d.wakeUp()
+	for o, n := range counts {
+		d.metrics.add(outcome(o), n)
 	}
 	if notify {
 		// Messages handed back unstarted: wake the dispatchers (this one's
@@ -260,40 +270,39 @@ func (d *Dispatcher) finalizeMany(ctx context.Context, batch []*job, ids, versio
 	return row.Ids, row.Statuses, nil
 }
 
-// written accounts for j once its result is in the table with status:
-// metrics, its publish span, and the delivery-failure log (WARN,
-// rate-limited per event type: failurelog.go).
-func (d *Dispatcher) written(j *job, status string) {
+// written accounts for j once its result is in the table with status: its
+// publish span and the delivery-failure log (WARN, rate-limited per event
+// type: failurelog.go). It returns the outcome to count.
+func (d *Dispatcher) written(j *job, status string) outcome {
 	r := &j.res
 	switch {
 	case r.kind == resDone:
-		d.metrics.add(outPublished, 1)
 		j.endPublish(spanDone, "", nil)
+		return outPublished
 	case r.kind == resRelease && r.err != nil:
 		// Published and found the destination unavailable: refunded.
-		d.metrics.add(outUnavailable, 1)
 		d.logFailure(j, "delivery failed: the destination is unavailable; attempt refunded", r.delay)
 		j.endPublish(spanUnavailable, r.errType, r.err)
+		return outUnavailable
 	case r.kind == resRelease:
-		d.metrics.add(outReleased, 1)
 		j.endPublish(spanReleased, "", nil)
+		return outReleased
 	case status == "dead":
-		d.metrics.add(outDead, 1)
 		if r.kind == resDefer {
 			d.logFailure(j, "deferred past MaxDeferAge; message is dead", -1)
 		} else {
 			d.logFailure(j, "message is dead", -1)
 		}
 		j.endPublish(spanDead, r.errType, r.err)
+		return outDead
 	case r.kind == resDefer:
-		d.metrics.add(outDeferred, 1)
 		d.log.DebugContext(j.spanCtx(), "deferred", slog.Int64("outbox_id", j.id), slog.Duration("delay", r.delay), slog.String("reason", r.text))
 		j.endPublish(spanDefer, r.errType, r.err)
-	default:
-		d.metrics.add(outRetried, 1)
-		d.logFailure(j, "delivery failed; retrying", r.delay)
-		j.endPublish(spanRetry, r.errType, r.err)
+		return outDeferred
 	}
+	d.logFailure(j, "delivery failed; retrying", r.delay)
+	j.endPublish(spanRetry, r.errType, r.err)
+	return outRetried
 }
 
 // releaser hands claimed messages back through the finalizer: a 'release'

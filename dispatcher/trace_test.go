@@ -384,7 +384,7 @@ func TestTrace_WithoutAnSDKThePublishRunsInTheStoredContext(t *testing.T) {
 	if m.msg.Headers["traceparent"] != m.msg.TraceParent || m.msg.TraceParent == "" {
 		t.Errorf("Headers[traceparent] %q, TraceParent %q: want the stored context in both", m.msg.Headers["traceparent"], m.msg.TraceParent)
 	}
-	waitFor(t, 30*time.Second, "the retry log", func() bool { return strings.Contains(buf.String(), "publish failed, retrying") })
+	waitFor(t, 30*time.Second, "the retry log", func() bool { return strings.Contains(buf.String(), "delivery failed; retrying") })
 	if !strings.Contains(buf.String(), `"trace_id":"`+producer.TraceID().String()+`"`) {
 		t.Errorf("retry log lacks the producer's trace id %s:\n%s", producer.TraceID(), buf.String())
 	}

@@ -58,7 +58,8 @@ func Run(t *testing.T, o Outage, probes int64) {
 	o.Down(t)
 	enqueue(t, pool)
 	d, err := dispatcher.New(pool, o.Publisher, dispatcher.Config{
-		Logger: testlog.New(t), PollInterval: 20 * time.Millisecond, MaxAttempts: 2,
+		// A lease no busy machine outlasts: a takeover would count an attempt.
+		Logger: testlog.New(t), PollInterval: 20 * time.Millisecond, MaxAttempts: 2, Lease: time.Minute,
 		BackoffBase: time.Millisecond, BackoffCap: 10 * time.Millisecond,
 		BreakerProbe: 20 * time.Millisecond, BreakerProbeMax: 50 * time.Millisecond,
 	})
