@@ -244,7 +244,8 @@ type Config struct {
 	// BreakerThresholdDefault (10).
 	BreakerThreshold int
 
-	// BreakerProbe is how long the breaker stays open before its first
+	// BreakerProbe is how long nothing must have reached the destination
+	// before the breaker opens, and how long it stays open before its first
 	// probe; the wait doubles after each probe that finds the destination
 	// still unavailable (half of it, plus up to as much at random), up to
 	// BreakerProbeMax, and never less than a Retry-After the destination
