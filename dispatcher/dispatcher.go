@@ -255,7 +255,7 @@ type job struct {
 	deadline     time.Time // local monotonic estimate of lease_until (never later than it)
 	msg          Message
 	span         trace.Span // the publish span, until its outcome is known (trace.go)
-	res          result     // what the batch writer writes (finalizer.go)
+	res          *result    // what the batch writer writes (finalizer.go)
 	pctx         publishCtx // the publish's context when a worker clock times it (publishclock.go)
 	probe        bool       // published as the breaker's probe (breaker.go)
 }

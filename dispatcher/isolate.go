@@ -117,7 +117,7 @@ func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline tim
 		d.leaseLost(j, "read")
 	case isRowError(err):
 		d.metrics.unreadable.Add(1)
-		j.res = result{kind: resDead, text: fmt.Sprintf(
+		j.res = &result{kind: resDead, text: fmt.Sprintf(
 			"the database cannot return this message (SQLSTATE %s: %v); its payload or headers cannot be read or sent, so no publish was attempted",
 			sqlState(err), err)}
 		d.writeResults(ctx, []*job{j}, true)

@@ -52,7 +52,7 @@ func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *
 	if !publish {
 		// The breaker is open: hand the message back unstarted (attempt
 		// refunded), without waking the other dispatchers for it.
-		j.res = result{kind: resRelease, unavailable: true}
+		j.res = &result{kind: resRelease, unavailable: true}
 		fin.add(j)
 		return
 	}
@@ -105,7 +105,7 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 	case err == nil:
 		d.breaker.reached()
 		d.metrics.delivered(hardCtx, time.Since(j.msg.CreatedAt))
-		j.res = result{kind: resDone}
+		j.res = resultDone
 		fin.add(j)
 		return
 	case errors.Is(err, errPanic):
@@ -168,7 +168,7 @@ func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx conte
 			if !d.breaker.holding() {
 				delay = max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
 			}
-			j.res = result{kind: resRelease, delay: delay, text: err.Error(), err: err, errType: errType, unavailable: true}
+			j.res = &result{kind: resRelease, delay: delay, text: err.Error(), err: err, errType: errType, unavailable: true}
 		} else {
 			d.retry(j, err, after, errType)
 		}
@@ -179,17 +179,17 @@ func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx conte
 	}
 	switch {
 	case errors.As(err, &def):
-		j.res = result{kind: resDefer, delay: max(def.Delay, 0), text: def.Reason, err: err}
+		j.res = &result{kind: resDefer, delay: max(def.Delay, 0), text: def.Reason, err: err}
 	case errors.As(err, &retr):
 		d.retry(j, err, retr.After, errType)
 	case errors.As(err, &perm):
-		j.res = result{kind: resDead, text: err.Error(), err: err, errType: errType}
+		j.res = &result{kind: resDead, text: err.Error(), err: err, errType: errType}
 	default:
 		switch d.cfg.UnclassifiedErrors {
 		case UnclassifiedAsRetryable:
 			d.retry(j, err, 0, errType)
 		case UnclassifiedAsPermanent:
-			j.res = result{kind: resDead, text: "unclassified: " + err.Error(), err: err, errType: errType}
+			j.res = &result{kind: resDead, text: "unclassified: " + err.Error(), err: err, errType: errType}
 		default:
 			d.metrics.add(outUnclassified, 1)
 			d.log.ErrorContext(ctx, "unclassified publish error; message left processing until its lease expires (UnclassifiedAsCrash)",
@@ -207,11 +207,11 @@ func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx conte
 // spent.
 func (d *Dispatcher) retry(j *job, err error, after time.Duration, errType string) {
 	if int(j.attempts) >= d.cfg.MaxAttempts {
-		j.res = result{kind: resDead, text: fmt.Sprintf("retries exhausted after %d attempts: %v", j.attempts, err), err: err, errType: errType}
+		j.res = &result{kind: resDead, text: fmt.Sprintf("retries exhausted after %d attempts: %v", j.attempts, err), err: err, errType: errType}
 		return
 	}
 	delay := max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
-	j.res = result{kind: resRetry, delay: delay, text: err.Error(), err: err, errType: errType}
+	j.res = &result{kind: resRetry, delay: delay, text: err.Error(), err: err, errType: errType}
 }
 
 func (d *Dispatcher) leaseLost(j *job, op string) {
