@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,6 +22,7 @@ type outageFigures struct {
 	waiting    []int64 // events open (pending or processing) when the receiver came back
 
 	firstAccepted time.Duration // the receiver back -> its first 2xx
+	drained99     time.Duration // the receiver back -> 99% of the waiting events that ended done accepted
 	drained       time.Duration // the receiver back -> the last waiting event that ended done accepted
 	undelivered   int           // waiting events that ended done without being accepted after it
 	netAttempts   int           // attempts spent during the outage: claims minus refunds
@@ -95,7 +97,7 @@ func (f *outageFigures) measure(h History, r *Result) {
 	for _, row := range h.Rows {
 		done[row.ID] = row.Status == "done"
 	}
-	var last time.Time
+	var after []time.Duration
 	for _, id := range f.waiting {
 		if !done[id] {
 			continue // dead by its fate (or lost: the checks report it)
@@ -105,12 +107,11 @@ func (f *outageFigures) measure(h History, r *Result) {
 			f.undelivered++
 			continue
 		}
-		if t.After(last) {
-			last = t
-		}
+		after = append(after, t.Sub(f.end))
 	}
-	if f.undelivered < len(f.waiting) {
-		f.drained = last.Sub(f.end)
+	if len(after) > 0 {
+		slices.Sort(after)
+		f.drained, f.drained99 = after[len(after)-1], after[(len(after)*99+99)/100-1]
 	}
 	for _, t := range h.Audit {
 		if t.At.Before(f.start) || t.At.After(f.end) {
@@ -143,7 +144,8 @@ func isUnavailableError(lastError string) bool {
 func (f *outageFigures) lines() []string {
 	drain := fmt.Sprintf("%d of them done without an accepted delivery after it", f.undelivered)
 	if f.undelivered == 0 {
-		drain = fmt.Sprintf("the last %s after it was back (the first after %s)", f.drained.Round(100*time.Millisecond), f.firstAccepted.Round(100*time.Millisecond))
+		drain = fmt.Sprintf("the first %s after it was back, 99%% after %s, the last after %s (retries of failing fates)",
+			f.firstAccepted.Round(100*time.Millisecond), f.drained99.Round(100*time.Millisecond), f.drained.Round(100*time.Millisecond))
 	}
 	return []string{
 		fmt.Sprintf("receiver refused every connection for %s, %d events waiting when it came back;", f.end.Sub(f.start).Round(time.Second), len(f.waiting)),

@@ -51,8 +51,8 @@ func TestOutageFigures_Measure(t *testing.T) {
 	}
 	r := &Result{}
 	f.measure(h, r)
-	if f.drained != 15*time.Second || f.firstAccepted != 10*time.Second || f.undelivered != 0 {
-		t.Errorf("drained %s, first accepted %s, undelivered %d; want 15s, 10s, 0", f.drained, f.firstAccepted, f.undelivered)
+	if f.drained != 15*time.Second || f.drained99 != 15*time.Second || f.firstAccepted != 10*time.Second || f.undelivered != 0 {
+		t.Errorf("drained %s (99%%: %s), first accepted %s, undelivered %d; want 15s, 15s, 10s, 0", f.drained, f.drained99, f.firstAccepted, f.undelivered)
 	}
 	if f.claims != 2 || f.netAttempts != 1 {
 		t.Errorf("claims %d, net attempts %d; want 2 and 1", f.claims, f.netAttempts)
