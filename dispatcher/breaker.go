@@ -8,6 +8,15 @@ import (
 	"time"
 )
 
+// breakerQuiet is how long nothing must have reached the destination (at
+// most: BreakerProbe when that is shorter) before the breaker opens. A
+// claim of retries that all fail, among deliveries, fails for milliseconds
+// at a time (measured: a single such run opened the breaker with no
+// quiet time, and healthy events waited for the probe); a second of quiet
+// time let a default relay send about 6,000 publishes to a receiver that
+// was down before the breaker opened (bench item failures).
+const breakerQuiet = 250 * time.Millisecond
+
 // breakerState is where the breaker is.
 type breakerState int32
 
@@ -37,7 +46,7 @@ const (
 // Retryable failure is (attempt spent).
 //
 // Config.BreakerThreshold such refunded publishes in a row, once none has
-// reached the destination for Config.BreakerProbe, open the breaker: the claimer stops claiming,
+// reached the destination for breakerQuiet, open the breaker: the claimer stops claiming,
 // the recovery lane stops recovering, and the workers hand back (refunded)
 // every claimed message they have not started. After Config.BreakerProbe
 // (doubling, jittered, up to Config.BreakerProbeMax) the claimer claims one
@@ -154,12 +163,12 @@ func (b *breaker) unavailable(start time.Time, err error, after time.Duration, p
 			slog.Int("probes", b.probes), slog.Time("next_probe", b.nextProbe), slog.Any("error", err))
 	case b.state == breakerClosed && refund:
 		// Only failures that found the destination down count, and only
-		// once nothing has reached it for BreakerProbe: an unavailable
+		// once nothing has reached it for breakerQuiet: an unavailable
 		// answer while other publishes get through is about its message,
 		// and a claim of retries that all fail, among deliveries, must not
 		// open the breaker.
 		n := b.failures.Add(1)
-		if n >= int64(b.threshold) && time.Since(b.epoch)-time.Duration(b.reachedAt.Load()) >= b.base {
+		if n >= int64(b.threshold) && time.Since(b.epoch)-time.Duration(b.reachedAt.Load()) >= min(b.base, breakerQuiet) {
 			b.openedAt, b.delay, b.probes = time.Now(), b.base, 0
 			b.opens.Add(1)
 			b.reopen(after)

@@ -234,7 +234,8 @@ type Config struct {
 	// BreakerThreshold is how many publishes in a row must find the
 	// destination unavailable (an UnavailableError: connection refused or
 	// reset, a timeout, HTTP 502/503/504, a broker that is down), with none
-	// reaching it for at least BreakerProbe, for the breaker to open:
+	// reaching it for at least 250ms (or BreakerProbe when that is
+	// shorter), for the breaker to open:
 	// claiming stops, the claimed messages not yet started are handed back,
 	// and one message at a time probes the destination until it answers
 	// (docs/failures.md). An unavailable publish costs its message no
@@ -244,8 +245,7 @@ type Config struct {
 	// BreakerThresholdDefault (10).
 	BreakerThreshold int
 
-	// BreakerProbe is how long nothing must have reached the destination
-	// before the breaker opens, and how long it stays open before its first
+	// BreakerProbe is how long the breaker stays open before its first
 	// probe; the wait doubles after each probe that finds the destination
 	// still unavailable (half of it, plus up to as much at random), up to
 	// BreakerProbeMax, and never less than a Retry-After the destination

@@ -54,14 +54,18 @@ const (
 	failuresPerTx = 20
 )
 
-// failuresOutage and failuresSubset are how long the outage and the
-// failing-subset runs last (quick mode; -full: a minute each).
+// failuresDurations are how long the outage and each failing-subset run
+// last (quick mode; -full: a minute and 30 s).
 func failuresDurations(full bool) (outage, subset time.Duration) {
 	if full {
-		return time.Minute, time.Minute
+		return time.Minute, 30 * time.Second
 	}
-	return 15 * time.Second, 15 * time.Second
+	return 15 * time.Second, 10 * time.Second
 }
+
+// failuresSubsetRounds is how many times the failing subset and its
+// baseline run, alternating; the figures are the rounds' medians.
+const failuresSubsetRounds = 3
 
 // failuresRun is one binary's figures.
 type failuresRun struct {
@@ -270,22 +274,34 @@ func runFailures(ctx context.Context, e *env) error {
 	if e.o.failuresBefore != "" {
 		bins = append([]binary{{"before", e.o.failuresBefore, nil, false}}, bins...)
 	}
+	want := func(scenario string) bool {
+		return e.o.failuresOnly == "" || strings.Contains(","+e.o.failuresOnly+",", ","+scenario+",")
+	}
 	for _, b := range bins {
-		run := failuresRun{Label: b.label}
+		run := failuresRun{Label: b.label, OutageSkipped: true, RecoverySkipped: true, MessageSkipped: true, SubsetSkipped: true}
 		if err := failuresSuccess(ctx, e, rc, b.path, &run); err != nil {
 			return err
 		}
-		if err := failuresOutage(ctx, e, rc, b.path, outage, true, &run); err != nil {
-			return err
+		if want("outage") {
+			run.OutageSkipped, run.RecoverySkipped = false, false
+			if err := failuresOutage(ctx, e, rc, b.path, outage, true, &run); err != nil {
+				return err
+			}
 		}
-		if err := failuresMessage(ctx, e, rc, b.path, &run); err != nil {
-			return err
+		if want("message") {
+			run.MessageSkipped = false
+			if err := failuresMessage(ctx, e, rc, b.path, &run); err != nil {
+				return err
+			}
 		}
-		if err := failuresSubset(ctx, e, rc, b.path, subset, &run); err != nil {
-			return err
+		if want("subset") {
+			run.SubsetSkipped = false
+			if err := failuresSubset(ctx, e, rc, b.path, subset, &run); err != nil {
+				return err
+			}
 		}
 		res.Runs = append(res.Runs, run)
-		if b.breaker {
+		if b.breaker && want("outage") {
 			off := failuresRun{Label: b.label + ", breaker off", Success: run.Success, MessageSkipped: true, SubsetSkipped: true, RecoverySkipped: true}
 			if err := failuresOutage(ctx, e, rc, b.path, outage, false, &off, "--breaker-threshold", "0"); err != nil {
 				return err
@@ -422,10 +438,11 @@ func failuresMessage(ctx context.Context, e *env, rc *failureReceiver, bin strin
 }
 
 // failuresSubset runs the failing subset and its baseline (every event
-// healthy), the baseline first.
+// healthy) failuresSubsetRounds times each, alternating, the baseline
+// first; each figure is the rounds' median.
 func failuresSubset(ctx context.Context, e *env, rc *failureReceiver, bin string, d time.Duration, run *failuresRun) error {
 	healthy := func(num int) bool { return num%10 >= 2 }
-	for i, answer := range []func(num, nth int) int{
+	answers := []func(num, nth int) int{
 		func(int, int) int { return http.StatusNoContent },
 		func(num, nth int) int {
 			switch {
@@ -436,21 +453,54 @@ func failuresSubset(ctx context.Context, e *env, rc *failureReceiver, bin string
 			}
 			return http.StatusNoContent
 		},
-	} {
-		f, err := offerSubset(ctx, e, rc, bin, d, answer, healthy)
-		if err != nil {
-			return err
-		}
-		if i == 0 {
-			run.SubsetBaseline = f
-		} else {
-			run.SubsetHealthy = f
-		}
-		logf("failures %s: subset run %d: healthy delivered %.0f/s of %.0f offered (%d undelivered), p50 %s p99 %s max %s; failing: %d dead, %d delivered; %d breaker openings",
-			run.Label, i, f.Delivered, f.Offered, f.Undelivered, f.P50.Round(10*time.Microsecond), f.P99.Round(10*time.Microsecond),
-			f.Max.Round(10*time.Microsecond), f.Failed, f.Passed, f.BreakerOpens)
 	}
+	var rounds [2][]subsetFigures
+	for round := range failuresSubsetRounds {
+		for i, answer := range answers {
+			f, err := offerSubset(ctx, e, rc, bin, d, answer, healthy)
+			if err != nil {
+				return err
+			}
+			rounds[i] = append(rounds[i], f)
+			logf("failures %s: subset round %d, %s: healthy delivered %.0f/s of %.0f offered (%d undelivered), p50 %s p99 %s max %s; failing: %d dead, %d delivered; %d breaker openings",
+				run.Label, round+1, []string{"all healthy", "20% failing"}[i], f.Delivered, f.Offered, f.Undelivered, f.P50.Round(10*time.Microsecond),
+				f.P99.Round(10*time.Microsecond), f.Max.Round(10*time.Microsecond), f.Failed, f.Passed, f.BreakerOpens)
+		}
+	}
+	run.SubsetBaseline, run.SubsetHealthy = medianSubset(rounds[0]), medianSubset(rounds[1])
 	return nil
+}
+
+// medianSubset is the median of each figure over rounds (the counts: the
+// most of any round).
+func medianSubset(rounds []subsetFigures) subsetFigures {
+	durs := func(get func(subsetFigures) time.Duration) time.Duration {
+		var xs []time.Duration
+		for _, r := range rounds {
+			xs = append(xs, get(r))
+		}
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	rates := func(get func(subsetFigures) float64) float64 {
+		var xs []float64
+		for _, r := range rounds {
+			xs = append(xs, get(r))
+		}
+		return median(xs)
+	}
+	m := subsetFigures{
+		Offered:   rates(func(f subsetFigures) float64 { return f.Offered }),
+		Delivered: rates(func(f subsetFigures) float64 { return f.Delivered }),
+		P50:       durs(func(f subsetFigures) time.Duration { return f.P50 }),
+		P99:       durs(func(f subsetFigures) time.Duration { return f.P99 }),
+		Max:       durs(func(f subsetFigures) time.Duration { return f.Max }),
+	}
+	for _, r := range rounds {
+		m.Undelivered, m.Failed, m.Passed, m.BreakerOpens = max(m.Undelivered, r.Undelivered), max(m.Failed, r.Failed),
+			max(m.Passed, r.Passed), max(m.BreakerOpens, r.BreakerOpens)
+	}
+	return m
 }
 
 // offerSubset offers failuresRate events/s for d onto a running relay, and

@@ -76,7 +76,7 @@ func (r *results) writeFailures(p func(string, ...any)) {
 	p("- **success**: the receiver answers 204.")
 	p("- **outage**: the receiver answers 503 to everything for %s, then 204. Tried within 2×: events the receiver saw at least once within twice the success run's time. Retries written: outcomes written for another try during the outage (`retried`, and `unavailable`, the refunded ones). Attempts spent: `sum(attempts)` of the pending rows when the receiver comes back. Then: from the receiver's return to its first 2xx (the breaker's next probe), and from there to the last.", f.Outage)
 	p("- **message failures**: the receiver answers 422 (a failure of the message: dead at once) to everything; the time until every event was answered once, all of them dead in the table.")
-	p("- **failing subset**: producers offer %s events/s for %s (%d events a transaction); the receiver answers 422 to 10%% of them and 503 to another 10%% twice before accepting them. For the healthy 80%%: the rate delivered and the latency from the producer's `COMMIT` to the receiver's 2xx, against a run in which every event is accepted.", kfmt(failuresRate), f.Subset, failuresPerTx)
+	p("- **failing subset**: producers offer %s events/s for %s (%d events a transaction); the receiver answers 422 to 10%% of them and 503 to another 10%% twice before accepting them. For the healthy 80%%: the rate delivered and the latency from the producer's `COMMIT` to the receiver's 2xx, against a run in which every event is accepted. %d rounds of each, alternating; each figure is the median of the rounds (the counts: the most of any round).", kfmt(failuresRate), f.Subset, failuresPerTx, failuresSubsetRounds)
 	p("")
 	p("| Relay | Success | Outage: tried within 2× | all tried after | requests | retries written | attempts spent | dead | back: first 2xx after | drained in | dead after | 422s: cycled in (rate) |")
 	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -87,6 +87,9 @@ func (r *results) writeFailures(p func(string, ...any)) {
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
 	for _, run := range f.Runs {
+		if run.OutageSkipped {
+			continue
+		}
 		allTried := "not within the outage"
 		if run.CoveredAll > 0 {
 			allTried = secs(run.CoveredAll)

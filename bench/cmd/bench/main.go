@@ -62,8 +62,9 @@ type options struct {
 	soak       soakOptions    // opt-in items "soak" and "retention" (horizon_soak.go)
 
 	// failuresBefore: a pgoutbox binary of an earlier build the item
-	// "failures" runs as well (failures.go).
-	failuresBefore string
+	// "failures" runs as well; failuresOnly: its scenarios to run
+	// (failures.go).
+	failuresBefore, failuresOnly string
 }
 
 func (o options) want(item string) bool {
@@ -105,6 +106,7 @@ func main() {
 	flag.Float64Var(&o.horizon.rate, "horizon-rate", horizonRateDefault, "horizon: events/s offered, in 20-event transactions")
 	flag.StringVar(&o.horizon.variants, "horizon-variants", horizonVariantsDefault, "horizon: variants to run (unordered,ordered,writer,river,ordered-writer)")
 	flag.StringVar(&o.failuresBefore, "failures-before", "", "failures: also run the item with this pgoutbox binary (an earlier build), for before and after figures")
+	flag.StringVar(&o.failuresOnly, "failures-only", "", "failures: development: only these scenarios (outage,message,subset; the success run always)")
 	// Opt-in items "soak" and "retention" (horizon_soak.go).
 	flag.DurationVar(&o.soak.duration, "soak", soakDurationDefault, "soak: how long the bloat soak runs (item soak; the issue asks for 30m)")
 	flag.Float64Var(&o.soak.rate, "soak-rate", soakRateDefault, "soak: events/s offered, in 20-event transactions")
