@@ -39,11 +39,11 @@ const (
 // messages' attempts on it.
 //
 // A publish whose error is an UnavailableError (or a connection refused,
-// reset or timed out: isUnavailable) costs no attempt while the destination
-// looks down: no publish reached it since this one started. The message is
-// handed back (fenced, attempt refunded). If other publishes got through
-// meanwhile, the answer is about this message, and it is retried as a
-// Retryable failure is (attempt spent).
+// reset or timed out: unavailableAfter) costs no attempt while the
+// destination looks down: no publish reached it while this one ran. The
+// message is handed back (fenced, attempt refunded). If another publish got
+// through meanwhile, the answer is about this message, and it is retried as
+// a Retryable failure is (attempt spent).
 //
 // Config.BreakerThreshold such refunded publishes in a row, once none has
 // reached the destination for breakerQuiet, open the breaker: the claimer stops claiming,
@@ -143,18 +143,22 @@ func (b *breaker) reached() {
 	}
 }
 
-// unavailable records a publish, started at start, that found the
+// unavailable records a publish, from start to end, that found the
 // destination unavailable (err; after is the least wait the destination
 // asked for). It returns whether the message's attempt is refunded: when the
-// breaker is on and no publish reached the destination since this one
-// started.
-func (b *breaker) unavailable(start time.Time, err error, after time.Duration, probe bool) (refund bool) {
+// breaker is on and no publish reached the destination while this one ran.
+// A publish that reached it only after this one ended (a probe, while this
+// one's verdict waited for a busy machine's scheduler) says nothing against
+// this one's answer; one that reached it earlier, when the latest did not,
+// is not known, and the benefit of the doubt goes to the message.
+func (b *breaker) unavailable(start, end time.Time, err error, after time.Duration, probe bool) (refund bool) {
 	if b.threshold < 0 {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	refund = b.state != breakerClosed || time.Duration(b.reachedAt.Load()) < start.Sub(b.epoch)
+	reached := time.Duration(b.reachedAt.Load())
+	refund = b.state != breakerClosed || reached < start.Sub(b.epoch) || reached > end.Sub(b.epoch)
 	switch {
 	case probe && b.state == breakerProbing:
 		b.delay = min(2*b.delay, b.cap)

@@ -23,7 +23,7 @@ func TestBreaker_States(t *testing.T) {
 	b := testBreaker(3)
 	down := errors.New("503")
 	for i := range 3 {
-		if !b.unavailable(time.Now(), down, 0, false) {
+		if !b.unavailable(time.Now(), time.Now(), down, 0, false) {
 			t.Fatalf("failure %d: not refunded with nothing delivered", i)
 		}
 	}
@@ -41,7 +41,7 @@ func TestBreaker_States(t *testing.T) {
 	if publish, _ := b.admit(); publish {
 		t.Fatal("probing: a second job was admitted")
 	}
-	if !b.unavailable(time.Now(), down, 0, true) {
+	if !b.unavailable(time.Now(), time.Now(), down, 0, true) {
 		t.Fatal("the probe's failure was not refunded")
 	}
 	if s, _, _ := b.status(); s != breakerOpen || b.probed.Load() != 1 {
@@ -56,7 +56,7 @@ func TestBreaker_States(t *testing.T) {
 	if b.holding() {
 		t.Fatal("a publish reached the destination: the breaker is still open")
 	}
-	b.unavailable(time.Now().Add(-time.Hour), down, 0, true) // the probe's late verdict
+	b.unavailable(time.Now().Add(-time.Hour), time.Now(), down, 0, true) // the probe's late verdict
 	if b.holding() {
 		t.Fatal("a probe's failure after the breaker closed re-opened it")
 	}
@@ -65,18 +65,24 @@ func TestBreaker_States(t *testing.T) {
 	}
 }
 
-// A publish that started before the last one that got through is about its
-// message: not refunded, and it does not count towards opening.
-func TestBreaker_FailureAfterADeliveryIsTheMessages(t *testing.T) {
+// A publish during which another got through is about its message: not
+// refunded, and it does not count towards opening. One that another got
+// through only after it ended is refunded.
+func TestBreaker_FailureWhileADeliveryGotThroughIsTheMessages(t *testing.T) {
 	t.Parallel()
 	b := testBreaker(1)
 	start := time.Now()
 	b.reached()
-	if b.unavailable(start, errors.New("503"), 0, false) {
-		t.Error("refunded although a publish got through since it started")
+	end := time.Now()
+	if b.unavailable(start, end, errors.New("503"), 0, false) {
+		t.Error("refunded although a publish got through while it ran")
 	}
 	if b.holding() {
 		t.Error("opened on a failure that was not refunded")
+	}
+	b.reached() // after end
+	if !b.unavailable(start, end, errors.New("503"), 0, false) {
+		t.Error("not refunded although the only delivery since it started came after it ended")
 	}
 }
 
@@ -85,7 +91,7 @@ func TestBreaker_Off(t *testing.T) {
 	t.Parallel()
 	b := testBreaker(-1)
 	for range 100 {
-		if b.unavailable(time.Now(), errors.New("503"), 0, false) {
+		if b.unavailable(time.Now(), time.Now(), errors.New("503"), 0, false) {
 			t.Fatal("refunded with the breaker off")
 		}
 	}

@@ -45,7 +45,7 @@ func RetryableAfter(err error, after time.Duration) error {
 // receiver, the broker) is unavailable, not because of the message:
 // connection refused or reset, a timeout, HTTP 502, 503 or 504, a broker
 // that is down or not accepting publishes. While the destination looks down
-// (no publish reached it since this one started), the message is handed
+// (no publish reached it while this one ran), the message is handed
 // back with its attempt refunded, and Config.BreakerThreshold of them in a
 // row open the breaker, which stops claiming and probes the destination
 // with one message at a time until it answers (docs/failures.md). If other

@@ -126,7 +126,7 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 		rel.add(j)
 		return
 	}
-	if !d.classify(sctx, j, err, pctx, start) {
+	if !d.classify(sctx, j, err, pctx, start, start.Add(elapsed)) {
 		d.probeAborted(j)
 		d.release(1)
 		return
@@ -146,7 +146,7 @@ func (d *Dispatcher) probeAborted(j *job) {
 // the batch writer. It returns false when nothing is to be written: an
 // unclassified error under UnclassifiedAsCrash leaves the message as a
 // crash would (processing, attempt spent) for lease recovery.
-func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx context.Context, start time.Time) bool {
+func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx context.Context, start, end time.Time) bool {
 	var (
 		def  *DeferError
 		retr *RetryableError
@@ -163,7 +163,7 @@ func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx conte
 		err, unavailable = fmt.Errorf("publish timed out after %s: %w", d.cfg.PublishTimeout, err), true
 	}
 	if unavailable {
-		if d.breaker.unavailable(start, err, after, j.probe) {
+		if d.breaker.unavailable(start, end, err, after, j.probe) {
 			delay := time.Duration(0)
 			if !d.breaker.holding() {
 				delay = max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
