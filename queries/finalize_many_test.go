@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -128,17 +127,5 @@ func TestFinalizeMany_OrderedHeadsHandOffOnlyWhenDone(t *testing.T) {
 	again := b.claimOrdered(t, "u", 10)
 	if diff := gocmp.Diff([]int64{a[1], r[0]}, ids(again)); diff != "" {
 		t.Fatalf("heads after hand-backs (-want +got):\n%s", diff)
-	}
-}
-
-// Error texts are truncated to 500 characters, as by the single-row writes.
-func TestFinalizeMany_TruncatesErrors(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.seed(t, 1, "a")
-	cs := b.claim(t, "w", 1, time.Minute, 12)
-	b.finalizeMany(t, cs, []string{"dead"}, []time.Duration{0}, []string{strings.Repeat("é", 2000)}, true)
-	if got := len([]rune(*b.row(t, cs[0].ID).LastError)); got != 500 {
-		t.Fatalf("last_error has %d characters, want 500", got)
 	}
 }
