@@ -19,6 +19,13 @@
 //	go run ./chaos -seed 42 -duration 32m -events 200000 -relays 4 -out RELIABILITY.md -section long
 //	go run ./chaos -failover -seed 1 -duration 90s -events 30000 -relays 4
 //	go run ./chaos -seed 1 -duration 2m -outage 3m -events 50000 -relays 4
+//
+// With -datamove it runs the data-moves scenario instead (datamove.go): the
+// outbox is dumped and restored into a second cluster, then moved to a third
+// by a logical replication cutover, under live producers and relays; every
+// committed event must be delivered, ordered ones in commit order.
+//
+//	go run ./chaos -datamove -seed 1 -duration 45s -relays 3
 package main
 
 import (
@@ -55,6 +62,7 @@ type options struct {
 	keep           bool
 	failover       bool // a synchronous standby, promoted mid-run (failover.go)
 	pgbouncer      bool
+	datamove       bool // the data-moves scenario (datamove.go)
 	args           []string
 
 	outage time.Duration // the receiver down mid-run (outage.go)
@@ -85,6 +93,8 @@ func main() {
 	flag.DurationVar(&o.outage, "outage", 0, "take the receiver down (every connection refused) for this long in the middle of the fault window, "+
 		"which it lengthens; no relay fault meanwhile (0 = none)")
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "route producers and relays through a throwaway PgBouncer in transaction mode (Debian's pgbouncer); relays LISTEN on a direct connection (--listen-url)")
+	flag.BoolVar(&o.datamove, "datamove", false, "the data-moves scenario instead of the faults: dump and restore into a second cluster (the source past xid epoch 0), "+
+		"then a logical replication cutover to a third, under live producers and relays (-duration is split between the three servers)")
 	flag.Parse()
 	o.args = os.Args[1:]
 	if err := o.validate(); err != nil {
@@ -103,7 +113,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := run(ctx, o)
+	var res interface{ OK() bool }
+	var err error
+	if o.datamove {
+		res, err = runDataMove(ctx, o)
+	} else {
+		res, err = run(ctx, o)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)

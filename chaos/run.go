@@ -53,31 +53,19 @@ func run(ctx context.Context, o options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "pgoutbox-chaos-")
+	keep := o.keep
+	tmp, cleanup, err := runDir("pgoutbox-chaos-", &keep)
 	if err != nil {
 		return nil, err
 	}
-	keep := o.keep
-	defer func() {
-		if keep {
-			fmt.Printf("relay logs kept in %s\n", tmp)
-		} else {
-			os.RemoveAll(tmp)
-		}
-	}()
+	defer cleanup()
 	say := func(format string, args ...any) {
 		fmt.Printf("  %6.1fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	bin := o.bin
-	if bin == "" {
-		bin = filepath.Join(tmp, "pgoutbox")
-		say("building pgoutbox")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgoutbox")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build ./cmd/pgoutbox: %w\n%s", err, out)
-		}
+	bin, err := relayBinary(ctx, o, root, tmp, say)
+	if err != nil {
+		return nil, err
 	}
 
 	say("starting a throwaway PostgreSQL")
@@ -366,6 +354,37 @@ loop:
 		fmt.Printf("figures written to %s (%s run section)\n", o.out, o.section)
 	}
 	return res, nil
+}
+
+// runDir makes a run's temporary directory (relay logs, the binary);
+// cleanup removes it, unless *keep says to keep it (then it says where).
+func runDir(prefix string, keep *bool) (string, func(), error) {
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return tmp, func() {
+		if *keep {
+			fmt.Printf("relay logs kept in %s\n", tmp)
+		} else {
+			os.RemoveAll(tmp)
+		}
+	}, nil
+}
+
+// relayBinary is -bin, or else pgoutbox built from the module into tmp.
+func relayBinary(ctx context.Context, o options, root, tmp string, say func(string, ...any)) (string, error) {
+	if o.bin != "" {
+		return o.bin, nil
+	}
+	bin := filepath.Join(tmp, "pgoutbox")
+	say("building pgoutbox")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgoutbox")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/pgoutbox: %w\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // extraChecks folds the run-level checks into the result.

@@ -16,23 +16,22 @@ import (
 )
 
 // Actions go through two POSTs: /confirm shows what is about to change (the
-// selected ids, or the count of dead messages matching a filter, with the
-// highest id pinned), /apply changes it and reports what changed. Both
-// require the CSRF token and are refused in read-only mode.
+// selected ids, or the dead messages matching a filter, listed by id), /apply
+// changes exactly those ids and reports what changed. Both require the CSRF
+// token and are refused in read-only mode.
 
 const (
-	maxSelected  = 10000 // ids one form may select
+	maxSelected  = 10000 // ids one form may select, and ids one confirmation of a filter pins
 	maxReasonLen = 200
 	shownIDs     = 200 // ids listed on confirmation and result pages
 )
 
 // action is a parsed action form.
 type action struct {
-	Verb    string // retry, skip
-	Scope   string // selected, filter
-	IDs     []int64
+	Verb    string  // retry, skip
+	Scope   string  // selected, filter
+	IDs     []int64 // selected, or (filter scope) the dead ids the confirmation listed
 	Filter  filter
-	MaxID   int64 // filter scope: act on ids <= MaxID (pinned by /confirm)
 	Reason  string
 	Back    string // page to return to
 	Hidden  map[string]string
@@ -55,7 +54,7 @@ func (c *Console) parseAction(r *http.Request) (action, error) {
 		return a, badRequest("the reason is longer than %d characters", maxReasonLen)
 	}
 	switch a.Scope {
-	case "selected":
+	case "selected", "filter":
 		var fields []string
 		for _, v := range r.PostForm["id"] {
 			fields = append(fields, strings.Fields(v)...)
@@ -69,28 +68,21 @@ func (c *Console) parseAction(r *http.Request) (action, error) {
 		}
 		slices.Sort(a.IDs)
 		a.IDs = slices.Compact(a.IDs)
-		if len(a.IDs) == 0 {
-			return a, badRequest("no message selected: tick the rows to act on, or use the buttons for all messages matching the filter")
-		}
 		if len(a.IDs) > maxSelected {
 			return a, badRequest("%d messages selected; at most %d at once (use \"all matching this filter\")", len(a.IDs), maxSelected)
 		}
-		strs := make([]string, len(a.IDs))
-		for i, id := range a.IDs {
-			strs[i] = strconv.FormatInt(id, 10)
+		a.IDsText = idsText(a.IDs)
+		if a.Scope == "selected" {
+			if len(a.IDs) == 0 {
+				return a, badRequest("no message selected: tick the rows to act on, or use the buttons for all messages matching the filter")
+			}
+			break
 		}
-		a.IDsText = strings.Join(strs, " ")
-	case "filter":
 		f, err := parseFilter(r, false)
 		if err != nil {
 			return a, err
 		}
 		a.Filter = f
-		if s := r.PostFormValue("max_id"); s != "" {
-			if a.MaxID, err = parseID(s); err != nil {
-				return a, err
-			}
-		}
 	default:
 		return a, badRequest("scope must be selected or filter, got %q", a.Scope)
 	}
@@ -124,9 +116,20 @@ func (c *Console) guard(w http.ResponseWriter, r *http.Request, start time.Time)
 
 type confirmPage struct {
 	action
-	Count    int64
-	Capped   bool
+	Count    int64 // messages the action changes: the ids listed
+	Matching int64 // filter scope: dead messages matching (up to CountCap)
+	Capped   bool  // Matching reached CountCap
+	More     bool  // filter scope: more match than one confirmation pins (maxSelected)
 	ShownIDs []int64
+}
+
+// idsText is ids space-separated, for a hidden form field.
+func idsText(ids []int64) string {
+	strs := make([]string, len(ids))
+	for i, id := range ids {
+		strs[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(strs, " ")
 }
 
 func (c *Console) confirm(w http.ResponseWriter, r *http.Request) {
@@ -140,26 +143,42 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := confirmPage{action: a}
-	if a.Scope == "selected" {
-		p.Count = int64(len(a.IDs))
-		p.ShownIDs = a.IDs[:min(len(a.IDs), shownIDs)]
-	} else {
-		minID, beforeID, err := c.idRange(r.Context(), a.Filter)
+	if a.Scope == "filter" {
+		// The action will change exactly the dead messages listed now
+		// (the lowest maxSelected ids): a message that dies later, even
+		// one with a lower id, is never touched.
+		ctx := r.Context()
+		minID, beforeID, err := c.idRange(ctx, a.Filter)
 		if err != nil {
 			c.fail(w, r, start, err)
 			return
 		}
-		m, err := c.q.OutboxConsoleDeadMatching(r.Context(), db.OutboxConsoleDeadMatchingParams{
-			MinID: minID, MaxID: min(beforeID-1, math.MaxInt64-1), Cap: int32(c.cfg.CountCap),
+		params := db.OutboxConsoleDeadIDsParams{
+			AfterID: minID - 1, MaxID: min(beforeID-1, math.MaxInt64-1), MaxRows: maxSelected,
 			EventType: opt(a.Filter.EventType), AggregateType: opt(a.Filter.AggregateType), AggregateID: opt(a.Filter.AggregateID),
-			CreatedFrom: a.Filter.from, CreatedTo: a.Filter.to})
+			CreatedFrom: a.Filter.from, CreatedTo: a.Filter.to}
+		ids, err := c.q.OutboxConsoleDeadIDs(ctx, params)
 		if err != nil {
 			c.fail(w, r, start, err)
 			return
 		}
-		p.Count, p.MaxID = m.Matching, m.HighestID
-		p.Capped = m.Matching >= int64(c.cfg.CountCap)
+		p.IDs, p.IDsText = ids, idsText(ids)
+		p.Matching = int64(len(ids))
+		if len(ids) == maxSelected {
+			m, err := c.q.OutboxConsoleDeadMatching(ctx, db.OutboxConsoleDeadMatchingParams{
+				MinID: minID, MaxID: params.MaxID, Cap: int32(c.cfg.CountCap),
+				EventType: params.EventType, AggregateType: params.AggregateType, AggregateID: params.AggregateID,
+				CreatedFrom: params.CreatedFrom, CreatedTo: params.CreatedTo})
+			if err != nil {
+				c.fail(w, r, start, err)
+				return
+			}
+			p.Matching, p.Capped = m.Matching, m.Matching >= int64(c.cfg.CountCap)
+			p.More = m.Matching > int64(len(ids))
+		}
 	}
+	p.Count = int64(len(p.IDs))
+	p.ShownIDs = p.IDs[:min(len(p.IDs), shownIDs)]
 	c.render(w, r, start, http.StatusOK, "confirm", "Confirm", "dead", 0, p)
 }
 
@@ -186,69 +205,40 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, start, badRequest("skipping needs a reason (it is kept in last_error): nothing changed"))
 		return
 	}
-	if a.Scope == "filter" && a.MaxID == 0 {
-		c.fail(w, r, start, badRequest("no confirmed range (max_id): confirm the action first; nothing changed"))
+	if a.Scope == "filter" && len(a.IDs) == 0 {
+		c.fail(w, r, start, badRequest("no confirmed messages: confirm the action first; nothing changed"))
 		return
 	}
 	ctx := r.Context()
 	p := resultPage{action: a}
 	// A started action finishes even if the browser goes away.
 	ctx = context.WithoutCancel(ctx)
-	if a.Scope == "selected" {
-		p.Requested = int64(len(a.IDs))
-		for chunk := range slices.Chunk(a.IDs, c.cfg.BulkBatch) {
-			changed, err := c.change(ctx, a, chunk)
-			p.Changed = append(p.Changed, changed...)
-			if err != nil {
-				c.logAction(r, a, p, err)
-				c.fail(w, r, start, err)
-				return
-			}
+	p.Requested = int64(len(a.IDs))
+	for chunk := range slices.Chunk(a.IDs, c.cfg.BulkBatch) {
+		changed, err := c.change(ctx, a, chunk)
+		p.Changed = append(p.Changed, changed...)
+		if err != nil {
+			c.logAction(r, a, p, err)
+			c.fail(w, r, start, err)
+			return
 		}
-		for _, id := range a.IDs {
-			if _, ok := slices.BinarySearch(p.Changed, id); !ok {
-				p.NotDead = append(p.NotDead, id)
-			}
+	}
+	slices.Sort(p.Changed)
+	for _, id := range a.IDs {
+		if _, ok := slices.BinarySearch(p.Changed, id); !ok {
+			p.NotDead = append(p.NotDead, id)
 		}
-		if a.Verb == "retry" && len(a.IDs) == 1 && len(p.Changed) == 0 {
-			// The head of a blocked aggregate, or a message detail: pending in
-			// backoff is retried by making it available now.
-			ids, err := c.q.OutboxConsoleRetryPendingNow(ctx, a.IDs[0])
-			if err != nil {
-				c.fail(w, r, start, err)
-				return
-			}
-			if len(ids) > 0 {
-				p.Changed, p.NotDead, p.RetryNow = ids, nil, true
-			}
-		}
-	} else {
-		minID, _, err := c.idRange(ctx, a.Filter)
+	}
+	if a.Scope == "selected" && a.Verb == "retry" && len(a.IDs) == 1 && len(p.Changed) == 0 {
+		// The head of a blocked aggregate, or a message detail: pending in
+		// backoff is retried by making it available now.
+		ids, err := c.q.OutboxConsoleRetryPendingNow(ctx, a.IDs[0])
 		if err != nil {
 			c.fail(w, r, start, err)
 			return
 		}
-		p.Requested, _ = strconv.ParseInt(r.PostFormValue("count"), 10, 64)
-		after := minID - 1
-		for {
-			ids, err := c.q.OutboxConsoleDeadIDs(ctx, db.OutboxConsoleDeadIDsParams{
-				AfterID: after, MaxID: a.MaxID, MaxRows: int32(c.cfg.BulkBatch),
-				EventType: opt(a.Filter.EventType), AggregateType: opt(a.Filter.AggregateType), AggregateID: opt(a.Filter.AggregateID),
-				CreatedFrom: a.Filter.from, CreatedTo: a.Filter.to})
-			if err == nil && len(ids) == 0 {
-				break
-			}
-			var changed []int64
-			if err == nil {
-				changed, err = c.change(ctx, a, ids)
-			}
-			p.Changed = append(p.Changed, changed...)
-			if err != nil {
-				c.logAction(r, a, p, err)
-				c.fail(w, r, start, err)
-				return
-			}
-			after = ids[len(ids)-1]
+		if len(ids) > 0 {
+			p.Changed, p.NotDead, p.RetryNow = ids, nil, true
 		}
 	}
 	if a.Verb == "retry" && len(p.Changed) > 0 {
@@ -288,10 +278,9 @@ func (c *Console) logAction(r *http.Request, a action, p resultPage, err error) 
 	if a.Verb == "skip" {
 		attrs = append(attrs, slog.String("reason", a.Reason))
 	}
-	if a.Scope == "selected" {
-		attrs = append(attrs, slog.Int("selected", len(a.IDs)), slog.Int("not_dead", len(p.NotDead)))
-	} else {
-		attrs = append(attrs, slog.String("filter", a.Filter.Describe()), slog.Int64("max_id", a.MaxID))
+	attrs = append(attrs, slog.Int("requested", len(a.IDs)), slog.Int("not_dead", len(p.NotDead)))
+	if a.Scope == "filter" {
+		attrs = append(attrs, slog.String("filter", a.Filter.Describe()))
 	}
 	if p.RetryNow {
 		attrs = append(attrs, slog.Bool("pending_made_available_now", true))

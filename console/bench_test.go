@@ -63,7 +63,7 @@ func BenchmarkPages(b *testing.B) {
 		seedLarge(b, pool, total)
 		b.Logf("seeded %d rows in %s", total, time.Since(start).Round(time.Second))
 	}
-	h, err := console.New(pool, console.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := console.New(pool, console.Config{Hosts: []string{"example.com"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -226,7 +226,7 @@ func TestBrowser_BulkSkipAllMatchingFilterThroughConfirmation(t *testing.T) {
 	}
 	do(t, ctx, chromedp.SendKeys(chromedp.CSS("#reason"), "customer deleted upstream"))
 	click(t, ctx, "#confirm", "#result")
-	mustContain(t, "result", text(t, ctx, "#result"), "Skipped 12 messages (12 matched when confirmed)")
+	mustContain(t, "result", text(t, ctx, "#result"), "Skipped 12 messages (12 listed when confirmed)")
 	for _, id := range f.shipped {
 		st, le := f.status(t, id)
 		if st != "done" || !strings.HasPrefix(le, "skipped: customer deleted upstream | webhook: HTTP 422") {

@@ -82,6 +82,17 @@ type Config struct {
 	BasicUser     string
 	BasicPassword string
 
+	// Hosts are the host names the console answers to, matched against each
+	// request's Host header without its port, case-insensitively; any other
+	// Host gets 421 Misdirected Request before authentication or any page.
+	// This is what stops DNS rebinding: a web page of another site that
+	// resolves its own name to 127.0.0.1 reaches the console's address, but
+	// with its own name in Host. IP addresses (127.0.0.1, 10.0.0.5, [::1])
+	// and localhost are always accepted; list the other names the console
+	// is served under ("outbox.example.com"), or "*" for an application that
+	// checks Host itself. Defaults to none: addresses and localhost only.
+	Hosts []string
+
 	// Refresh is how often the overview reloads itself. Defaults to 5s.
 	Refresh time.Duration
 	// StalledAfter: an ordered aggregate whose head (first undelivered
@@ -134,6 +145,11 @@ func (c *Config) validate() error {
 	}
 	if c.Token != "" && c.BasicUser != "" {
 		return fmt.Errorf("%w: set Token or BasicUser/BasicPassword, not both", ErrInvalidConfig)
+	}
+	for _, h := range c.Hosts {
+		if h == "" || strings.ContainsAny(h, "/ \t@") {
+			return fmt.Errorf("%w: Hosts: %q is not a host name (such as outbox.example.com, without scheme or port)", ErrInvalidConfig, h)
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -203,6 +219,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
+	if !c.hostAllowed(r.Host) {
+		http.Error(w, "misdirected request: this console does not serve the host "+strconvQuote(r.Host), http.StatusMisdirectedRequest)
+		return
+	}
 	if !c.authenticate(w, r) {
 		return
 	}

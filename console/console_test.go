@@ -571,9 +571,50 @@ func TestConsole_NewRejectsBadConfig(t *testing.T) {
 	for _, cfg := range []console.Config{
 		{Prefix: "outbox"}, {Prefix: "/outbox/"}, {BasicUser: "u"}, {Token: "t", BasicUser: "u", BasicPassword: "p"},
 		{PageRows: -1}, {Table: "bad name"}, {Refresh: time.Millisecond},
+		{Hosts: []string{""}}, {Hosts: []string{"https://outbox.example.com"}},
 	} {
 		if _, err := console.New(pool, cfg); err == nil || !strings.Contains(err.Error(), "invalid config") {
 			t.Errorf("New(%+v): %v, want an invalid config error", cfg, err)
+		}
+	}
+}
+
+// Host names: IP addresses and localhost always, Config.Hosts besides, "*"
+// anything; every other name gets 421 before any page (DNS rebinding).
+func TestConsole_AnswersOnlyItsOwnHostNames(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	for _, tc := range []struct {
+		hosts []string
+		host  string
+		want  int
+	}{
+		{nil, "127.0.0.1:8080", http.StatusOK},
+		{nil, "[::1]:8080", http.StatusOK},
+		{nil, "10.0.0.5", http.StatusOK},
+		{nil, "localhost:8080", http.StatusOK},
+		{nil, "app.localhost", http.StatusOK},
+		{nil, "rebind.attacker.example", http.StatusMisdirectedRequest},
+		{nil, "localhost.attacker.example", http.StatusMisdirectedRequest},
+		{nil, "127.0.0.1.nip.io", http.StatusMisdirectedRequest},
+		{[]string{"outbox.example.com"}, "outbox.example.com:443", http.StatusOK},
+		{[]string{"outbox.example.com"}, "Outbox.Example.Com.", http.StatusOK},
+		{[]string{"outbox.example.com"}, "evil.example.com", http.StatusMisdirectedRequest},
+		{[]string{"*"}, "anything.example", http.StatusOK},
+	} {
+		h, err := console.New(pool, console.Config{Hosts: tc.hosts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodGet, "/dead", nil)
+		req.Host = tc.host
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != tc.want {
+			t.Errorf("Hosts %q, Host %q: %d, want %d", tc.hosts, tc.host, w.Code, tc.want)
+		}
+		if tc.want == http.StatusMisdirectedRequest && (len(w.Result().Cookies()) > 0 || strings.Contains(w.Body.String(), "csrf")) {
+			t.Errorf("Host %q: a refused request got a CSRF cookie or token", tc.host)
 		}
 	}
 }

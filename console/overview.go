@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
 // overview is the overview page.
@@ -25,6 +26,14 @@ type overview struct {
 	Latency          chart
 	Delivered        int64 // last hour (exact below the per-minute cap)
 	Estimated        bool  // some minute reached the cap: rates are estimates
+	Horizon          dispatcher.Horizon
+	Moved            *db.OutboxPortabilityRow // rows from another server a relay (or pgoutbox repair) has yet to repair
+}
+
+// NeedsRepair reports rows from another server that nothing delivers until
+// they are repaired (a running relay repairs them by itself).
+func (o overview) NeedsRepair() bool {
+	return o.Moved != nil && (o.Moved.Unsequenced > 0 || o.Moved.ForeignTxids > 0 || o.Moved.SequencesBehind > 0)
 }
 
 // count is a bounded count: N, and whether it reached the cap ("N+").
@@ -44,7 +53,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		minutes                            []*db.OutboxConsoleDeliveredPerMinuteRow
 		blocked                            int64
 		errNow, errCounts, errExp, errLeas error
-		errMin, errBlk                     error
+		errMin, errBlk, errHor, errMoved   error
 		wg                                 sync.WaitGroup
 	)
 	// Independent reads, run side by side on the pool.
@@ -66,8 +75,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		blocked, errBlk = c.q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{
 			StalledAfter: c.cfg.StalledAfter, Cap: int32(c.cfg.CountCap)})
 	})
+	run(func(ctx context.Context) { o.Horizon, errHor = dispatcher.ReadHorizon(ctx, c.q, 3) })
+	run(func(ctx context.Context) {
+		o.Moved, errMoved = c.q.OutboxPortability(ctx, int32(c.cfg.CountCap))
+	})
 	wg.Wait()
-	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk} {
+	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk, errHor, errMoved} {
 		if err != nil {
 			c.fail(w, r, start, err)
 			return

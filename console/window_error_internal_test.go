@@ -54,7 +54,7 @@ func TestConsole_FailedWindowReadIsAnErrorPage(t *testing.T) {
 		{"/dead", "OutboxConsoleDeadWindow"},
 	} {
 		t.Run(tc.query, func(t *testing.T) {
-			c, err := New(pool, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			c, err := New(pool, Config{Hosts: []string{"example.com"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}

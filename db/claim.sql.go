@@ -82,9 +82,9 @@ type OutboxClaimRow struct {
 // Attempts count here, at claim time, so a message that crashes every worker
 // still reaches max attempts (see OutboxReap).
 // OutboxClaim claims up to @batch unordered messages: pending rows whose
-// available_at has come, first-come by id (the seed's CLAIM_SQL semantics).
+// available_at has come, first-come by id.
 // Expired leases (processing past lease_until with attempts left) are
-// re-claimable as in the seed, but in isolation: when one exists, the claim
+// re-claimable too, but in isolation: when one exists, the claim
 // returns that single row and nothing else, so a poison message that kills
 // every worker that holds it costs only itself attempts, never the healthy
 // messages that would otherwise be claimed beside it. recovered = true marks
@@ -93,8 +93,8 @@ type OutboxClaimRow struct {
 // @recover_expired = false the claim takes pending rows only: the dispatcher
 // always passes false and recovers expired leases apart from its main
 // pipeline, one at a time, in its recovery lane (OutboxClaimExpired,
-// queries/isolate.sql). Passing true gives the seed's behaviour (both
-// branches) to callers that run this query on their own.
+// queries/isolate.sql). Passing true claims both
+// kinds, for callers that run this query on their own.
 // Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
 // Ordering: expired lease (oldest lease_until) alone, else pending by id.
 // Indexes: outbox_leased for the expired branch, outbox_pending (partial:

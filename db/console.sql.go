@@ -272,9 +272,9 @@ type OutboxConsoleDeadIDsParams struct {
 }
 
 // OutboxConsoleDeadIDs: the next @max_rows ids of dead messages matching
-// the filter with @after_id < id <= @max_id, ascending: one batch of a bulk
-// action over a filter (the caller passes the last id as @after_id and
-// repeats until it gets no ids).
+// the filter with @after_id < id <= @max_id, ascending: the set a
+// confirmation of a bulk action over a filter lists, and the action then
+// changes exactly those ids.
 // Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
 func (q *Queries) OutboxConsoleDeadIDs(ctx context.Context, arg OutboxConsoleDeadIDsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDeadIDs,
@@ -339,9 +339,9 @@ type OutboxConsoleDeadMatchingRow struct {
 
 // OutboxConsoleDeadMatching: for "all dead messages matching this filter":
 // how many dead messages with @min_id <= id <= @max_id match (stopping at
-// @cap), and the highest such id. The confirmation page shows the count and
-// pins @max_id, so the action never touches a message that died after the
-// operator saw the count.
+// @cap), and the highest such id. The confirmation page lists the ids the
+// action will change (OutboxConsoleDeadIDs) and, when more match than it
+// lists, says how many.
 // Index: outbox_dead alone (the filter columns are INCLUDE columns,
 // migration 00006): every dead entry of the id range is read, at most @cap
 // of them matching; the dead list is the working set, not the done rows.
@@ -852,15 +852,15 @@ func (q *Queries) OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsole
 const outboxConsoleSkipDeadMany = `-- name: OutboxConsoleSkipDeadMany :many
 WITH handoff_locks AS (
     -- The head hand-off (migration 00005) locks each ordered row's
-    -- aggregate; taken here first, all at once and in key order (the order
-    -- producers' COMMITs take them), so a batch can never deadlock with a
-    -- producer that writes two of its aggregates, or with another batch.
-    SELECT count(pg_advisory_xact_lock(k.key)) AS n
-      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+    -- aggregate; taken here first, all at once and in key order through
+    -- outbox_lock_aggregates (migration 00008, as producers' COMMITs take
+    -- them), so a batch can never deadlock with a producer that writes two
+    -- of its aggregates, or with another batch.
+    SELECT outbox_lock_aggregates(ARRAY(
+            SELECT l.aggregate_id
               FROM outbox AS l
              WHERE l.id = ANY ($2::bigint[])
-               AND l.ordered
-             ORDER BY 1) AS k
+               AND l.ordered)) AS n
 )
 UPDATE outbox
    SET status     = 'done',

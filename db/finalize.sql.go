@@ -61,17 +61,17 @@ func (q *Queries) OutboxDefer(ctx context.Context, arg OutboxDeferParams) (strin
 const outboxFinalizeMany = `-- name: OutboxFinalizeMany :one
 WITH handoff_locks AS (
     -- As OutboxMarkDoneMany: the aggregates of the ordered rows that become
-    -- done, locked first, all at once and in key order. @unordered_only =
-    -- true (the caller knows no ordered row becomes done) skips the lookups.
-    SELECT count(pg_advisory_xact_lock(k.key)) AS n
-      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+    -- done, locked first, all at once and in key order through
+    -- outbox_lock_aggregates. @unordered_only = true (the caller knows no
+    -- ordered row becomes done) skips the lookups.
+    SELECT outbox_lock_aggregates(ARRAY(
+            SELECT l.aggregate_id
               FROM outbox AS l
              WHERE l.id = ANY (ARRAY(SELECT ($1::bigint[])[i]
                                        FROM generate_subscripts($2::text[], 1) AS i
                                       WHERE ($2::text[])[i] = 'done'))
                AND l.ordered
-               AND NOT $3::boolean
-             ORDER BY 1) AS k
+               AND NOT $3::boolean)) AS n
 ),
 written AS (
     UPDATE outbox AS o
@@ -261,19 +261,19 @@ func (q *Queries) OutboxMarkDone(ctx context.Context, arg OutboxMarkDoneParams) 
 const outboxMarkDoneMany = `-- name: OutboxMarkDoneMany :one
 WITH handoff_locks AS (
     -- The head hand-off (migration 00005) locks each ordered row's
-    -- aggregate; taken here first, all at once and in key order (the order
-    -- producers' COMMITs take them), so a batch can never deadlock with a
-    -- producer that writes two of its aggregates, or with another batch.
+    -- aggregate; taken here first, all at once and in key order through
+    -- outbox_lock_aggregates (migration 00008, as producers' COMMITs take
+    -- them), so a batch can never deadlock with a producer that writes two
+    -- of its aggregates, or with another batch.
     -- @unordered_only = true (the caller knows the batch holds no ordered
     -- row) skips the lookups: 3.7 ms per batch of 2,000 unordered rows.
     -- Its zero value takes the locks, the safe side.
-    SELECT count(pg_advisory_xact_lock(k.key)) AS n
-      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+    SELECT outbox_lock_aggregates(ARRAY(
+            SELECT l.aggregate_id
               FROM outbox AS l
              WHERE l.id = ANY ($1::bigint[])
                AND l.ordered
-               AND NOT $2::boolean
-             ORDER BY 1) AS k
+               AND NOT $2::boolean)) AS n
 ),
 done AS (
     UPDATE outbox AS o
@@ -315,7 +315,7 @@ type OutboxMarkDoneManyParams struct {
 // compares every row in flight with every id of the batch (measured: 86 ms
 // instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 // Returns the ids actually finalized, as one array (one row to send and
-// decode instead of one per message: tuning log, entry 18); an id missing
+// decode instead of one per message); an id missing
 // from it lost its lease. Never NULL: empty when none was finalized.
 func (q *Queries) OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error) {
 	row := q.db.QueryRow(ctx, outboxMarkDoneMany,

@@ -40,9 +40,9 @@ type Querier interface {
 	// Attempts count here, at claim time, so a message that crashes every worker
 	// still reaches max attempts (see OutboxReap).
 	// OutboxClaim claims up to @batch unordered messages: pending rows whose
-	// available_at has come, first-come by id (the seed's CLAIM_SQL semantics).
+	// available_at has come, first-come by id.
 	// Expired leases (processing past lease_until with attempts left) are
-	// re-claimable as in the seed, but in isolation: when one exists, the claim
+	// re-claimable too, but in isolation: when one exists, the claim
 	// returns that single row and nothing else, so a poison message that kills
 	// every worker that holds it costs only itself attempts, never the healthy
 	// messages that would otherwise be claimed beside it. recovered = true marks
@@ -51,8 +51,8 @@ type Querier interface {
 	// @recover_expired = false the claim takes pending rows only: the dispatcher
 	// always passes false and recovers expired leases apart from its main
 	// pipeline, one at a time, in its recovery lane (OutboxClaimExpired,
-	// queries/isolate.sql). Passing true gives the seed's behaviour (both
-	// branches) to callers that run this query on their own.
+	// queries/isolate.sql). Passing true claims both
+	// kinds, for callers that run this query on their own.
 	// Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
 	// Ordering: expired lease (oldest lease_until) alone, else pending by id.
 	// Indexes: outbox_leased for the expired branch, outbox_pending (partial:
@@ -230,14 +230,21 @@ type Querier interface {
 	// OutboxClaimSnapshot reads the cursor position for the next
 	// OutboxClaimWindow: the current txid snapshot and database time. Call it
 	// right before the claim (an earlier snapshot is safe, a later one is not).
-	// server_started identifies the server the snapshot belongs to: a txid
-	// snapshot means nothing on another server, and a server that crashed and
+	// server identifies the server the snapshot belongs to: a txid snapshot
+	// means nothing on another server, and a server that crashed and
 	// restarted, or a standby promoted after a failover, can hand out again the
 	// txids of transactions whose WAL it never got (the old primary's last
 	// transactions, rolled back or lost with it): rows of its new transactions
-	// would look visible in a snapshot taken before, so already handed out. When
-	// server_started changes, or xmax goes back, the caller starts its cursor
-	// over.
+	// would look visible in a snapshot taken before, so already handed out. It
+	// is the system identifier (another cluster: a restored copy, a logical
+	// replica), the timeline the server writes WAL on (a promoted standby, a
+	// point-in-time recovery), the postmaster's start time (a restart) and the
+	// time its shared statistics were last reset: PostgreSQL discards them when
+	// it recovers from a crash without restarting the postmaster (a backend
+	// killed by the kernel), which none of the others shows; a DBA's
+	// pg_stat_reset_shared('bgwriter') changes it too, which only starts the
+	// cursor over once. When server changes, or xmax goes back, the caller
+	// starts its cursor over.
 	// Lock strategy: none. Always one row.
 	OutboxClaimSnapshot(ctx context.Context) (*OutboxClaimSnapshotRow, error)
 	// OutboxClaimWindow claims up to @batch unordered pending messages that are
@@ -316,16 +323,16 @@ type Querier interface {
 	// primary key for at most @page_rows rows.
 	OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]*OutboxConsoleDeadRow, error)
 	// OutboxConsoleDeadIDs: the next @max_rows ids of dead messages matching
-	// the filter with @after_id < id <= @max_id, ascending: one batch of a bulk
-	// action over a filter (the caller passes the last id as @after_id and
-	// repeats until it gets no ids).
+	// the filter with @after_id < id <= @max_id, ascending: the set a
+	// confirmation of a bulk action over a filter lists, and the action then
+	// changes exactly those ids.
 	// Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
 	OutboxConsoleDeadIDs(ctx context.Context, arg OutboxConsoleDeadIDsParams) ([]int64, error)
 	// OutboxConsoleDeadMatching: for "all dead messages matching this filter":
 	// how many dead messages with @min_id <= id <= @max_id match (stopping at
-	// @cap), and the highest such id. The confirmation page shows the count and
-	// pins @max_id, so the action never touches a message that died after the
-	// operator saw the count.
+	// @cap), and the highest such id. The confirmation page lists the ids the
+	// action will change (OutboxConsoleDeadIDs) and, when more match than it
+	// lists, says how many.
 	// Index: outbox_dead alone (the filter columns are INCLUDE columns,
 	// migration 00006): every dead entry of the id range is read, at most @cap
 	// of them matching; the dead list is the working set, not the done rows.
@@ -443,10 +450,18 @@ type Querier interface {
 	// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
 	// outbox_dead (dead, count, index only). Never reads a done row.
 	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error)
-	// Monitoring: the seed's section 6, read-only, no locks taken.
+	// Monitoring: queue depth, oldest pending age, expired leases, attempts and
+	// blocked aggregates; read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.
 	OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error)
+	// OutboxDeadTuples: what the outbox table carries that vacuum has not
+	// removed yet, from the statistics collector (approximate, updated as
+	// sessions report): dead and live row versions, and how long ago (auto)vacuum
+	// last finished on it, database clock (-1: never since the statistics were
+	// reset).
+	// Lock strategy: none. Always one row (zeros before any statistics).
+	OutboxDeadTuples(ctx context.Context) (*OutboxDeadTuplesRow, error)
 	// OutboxDefer is the business defer with a deadline: back to pending at
 	// now() + @delay with the attempt refunded, unless the message is older than
 	// @max_age (measured on the database clock from created_at), in which case it
@@ -503,6 +518,40 @@ type Querier interface {
 	// ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
 	// empty arrays when nothing was written.
 	OutboxFinalizeMany(ctx context.Context, arg OutboxFinalizeManyParams) (*OutboxFinalizeManyRow, error)
+	// OutboxGooseVersionTables lists the tables shaped like goose's version
+	// table (version_id, is_applied, tstamp) in this database, schema-qualified:
+	// the histories that may have applied the migrations.
+	// Lock strategy: none (catalog reads).
+	// Index: pg_attribute_relid_attnam_index per table.
+	// 0 rows: no goose history in this database.
+	OutboxGooseVersionTables(ctx context.Context) ([]string, error)
+	// What pins the xmin horizon. Every row version the outbox deletes or
+	// updates (each claim and finalize writes one) stays in the table and its
+	// indexes until no snapshot that can see it remains; the oldest snapshot on
+	// the server decides, whichever database or table it reads. These queries
+	// name who holds it, so that an operator whose outbox slows down can ask the
+	// right person to end the right thing. Read-only; catalog views only.
+	// OutboxHorizonHolders: the holders of the oldest snapshots on the server,
+	// oldest first (by the age, in transactions, of the xmin they hold):
+	// * backend: a session with an open snapshot (pg_stat_activity.backend_xmin):
+	//   a long query, a REPEATABLE READ or SERIALIZABLE transaction (pg_dump), a
+	//   session idle in transaction. since is its transaction's start.
+	// * standby: a walsender whose standby sends hot_standby_feedback (its
+	//   backend_xmin is the standby's oldest snapshot).
+	// * replication slot: a slot's xmin (physical slots with feedback) or
+	//   catalog_xmin (logical slots; it holds back the system catalogs only).
+	// * prepared transaction: a PREPARE TRANSACTION never committed or rolled
+	//   back; since is when it was prepared.
+	// pid is 0 where there is no process (an inactive slot, a prepared
+	// transaction). Sessions of other roles show their pid and xmin but no
+	// user, state, start or query unless the reader has pg_read_all_stats.
+	// held_seconds is now() - since on the database clock (0 when since is
+	// unknown); xmin_age is age(xmin) in transactions (0 when the holder holds only a
+	// catalog_xmin); query holds the first 80 characters of the session's
+	// current or last statement, whitespace collapsed.
+	// Lock strategy: none.
+	// 0 rows: nothing holds a snapshot (an idle server).
+	OutboxHorizonHolders(ctx context.Context, maxRows int32) ([]*OutboxHorizonHoldersRow, error)
 	// Isolation path. A claim that returns payloads fails as a whole when one row
 	// cannot be returned (a jsonb whose text form exceeds 1 GB fails with 54000
 	// "out of memory" after seconds of CPU; other data or resource errors alike)
@@ -549,6 +598,17 @@ type Querier interface {
 	// the previous page as @after_id, 0 for the first), optionally filtered.
 	// Index: outbox_dead.
 	OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]*OutboxListDeadRow, error)
+	// OutboxLockAggregatesOfIds takes the advisory locks of the aggregates of
+	// the ordered rows among @ids, all at once and in key order
+	// (outbox_lock_aggregates, migration 00008: the order producers' COMMITs
+	// take them in). A transaction that then makes several ordered heads done
+	// one statement at a time (OutboxSkipDead per id) already holds every lock
+	// their hand-offs take, so it never waits for a producer while holding a
+	// lock that producer needs: no "deadlock detected" for either.
+	// Lock strategy: pg_advisory_xact_lock per aggregate, in key order, held to
+	// the end of the transaction. Index: the primary key.
+	// Returns the number of locks taken.
+	OutboxLockAggregatesOfIds(ctx context.Context, ids []int64) (int32, error)
 	// OutboxMarkDead sends a message to dead for a person to look at: a permanent
 	// failure, or retries exhausted. In an ordered aggregate a dead head blocks
 	// the aggregate until someone redrives or skips it.
@@ -584,7 +644,7 @@ type Querier interface {
 	// compares every row in flight with every id of the batch (measured: 86 ms
 	// instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 	// Returns the ids actually finalized, as one array (one row to send and
-	// decode instead of one per message: tuning log, entry 18); an id missing
+	// decode instead of one per message); an id missing
 	// from it lost its lease. Never NULL: empty when none was finalized.
 	OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error)
 	// OutboxNotify wakes idle dispatchers (the channel the insert trigger uses).
@@ -595,7 +655,7 @@ type Querier interface {
 	// most important alert: it grows without bound when dispatch stops.
 	// Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
 	// three branches, so retained done rows are not scanned. Note that the
-	// seed's form (status IN ('pending', 'processing')) gives the same answer:
+	// plain form (status IN ('pending', 'processing')) gives the same answer:
 	// the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
 	// and an unsequenced ordered row is an uncommitted one (invisible here).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
@@ -615,6 +675,13 @@ type Querier interface {
 	// upper 32 bits (classid) are this table's oid, not granted, in this database.
 	// No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
 	OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error)
+	// OutboxPortability counts, up to @cap each, what the queries above would
+	// repair: ordered rows never sequenced, pending rows and heads with a txid
+	// this server has not assigned, and sequences behind the rows.
+	// Lock strategy: none.
+	// Indexes: outbox_ordered_unsequenced, outbox_pending_txid,
+	// outbox_ordered_txid, the primary key.
+	OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error)
 	// OutboxPurgeDone deletes at most @limit done rows older than @older_than
 	// (done_at, database clock), oldest first. Bounded so each call is a short
 	// transaction; call it until it returns 0.
@@ -625,7 +692,7 @@ type Querier interface {
 	// default pgx statement cache) and, at batch 10,000, even as a custom plan:
 	// each batch cost O(table) instead of O(batch) (measured on 300,000 done
 	// rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
-	// against 2.1 ms and 99 ms this way; issue 14).
+	// against 2.1 ms and 99 ms this way).
 	// Lock strategy: plain DELETE by primary key; status is re-checked on the
 	// row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 	OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error)
@@ -689,6 +756,25 @@ type Querier interface {
 	// Index: outbox_ordered_head (loose index scan).
 	// Rows affected: heads flagged; 0 is the normal case.
 	OutboxRepairHeads(ctx context.Context) (int64, error)
+	// OutboxRepairSequences moves the id identity sequence and outbox_seq past
+	// the highest id and seq in the table where they are behind (a logical
+	// replication copy does not carry sequences), or with @check_only only
+	// counts them. @scan_all reads the highest seq of all ordered rows (a scan of
+	// the table) instead of trusting the last 1,000 ids to hold it.
+	// Lock strategy: none (setval is not transactional; it only moves forward).
+	// Index: the primary key (one descent, and the last 1,000 entries).
+	// Returns how many of the two sequences are (or were) behind; 0 is normal.
+	OutboxRepairSequences(ctx context.Context, arg OutboxRepairSequencesParams) (int32, error)
+	// OutboxRepairUnsequenced sequences up to @max_rows ordered rows that were
+	// inserted with the table's triggers off and so never sequenced (function
+	// outbox_repair_unsequenced, migration 00008: in id order, under the
+	// aggregates' locks, deciding heads as a COMMIT does). Run it read committed
+	// (the function refuses otherwise); call it until it returns fewer than
+	// @max_rows.
+	// Lock strategy: outbox_lock_aggregates, then UPDATE by primary key.
+	// Index: outbox_ordered_unsequenced, outbox_ordered_seq.
+	// Returns the rows sequenced; 0 is the normal case.
+	OutboxRepairUnsequenced(ctx context.Context, maxRows int32) (int32, error)
 	// OutboxReschedule puts a message back to pending at now() + @delay: a
 	// retryable failure (attempt spent) or a business defer (@refund_attempt gives
 	// the attempt back, since a defer is not a failure). @error is kept in
@@ -707,11 +793,66 @@ type Querier interface {
 	// Indexes: outbox_ordered_undecided, outbox_ordered_seq (one backward step).
 	// Returns the rows decided; 0 is the normal case.
 	OutboxResolveHeads(ctx context.Context, maxRows int32) (int32, error)
+	// Rows that came from another server (migration 00008): restored with
+	// pg_restore, copied by logical replication, or inserted while the table's
+	// triggers were off. The relay's recovery lane runs these when it starts and
+	// on every pass (they find nothing, cheaply, in the normal case);
+	// `pgoutbox repair` runs them on demand, and `pgoutbox stats` reports what
+	// they would find (OutboxPortability).
+	// OutboxRestampForeign gives up to @max_rows pending unordered rows, and up
+	// to @max_rows pending ordered heads, whose txid this server has not
+	// assigned (at or beyond the current snapshot's xmax: a visible row never
+	// has such a txid unless it came from another server) the current
+	// transaction's txid, so every claim cursor sees them as new and claims
+	// them. Call it until it returns fewer than @max_rows.
+	// Lock strategy: plain UPDATE by primary key of the rows chosen; status is
+	// re-checked on the row version updated.
+	// Indexes: outbox_pending_txid and outbox_ordered_txid, read from the
+	// snapshot's xmax on (one descent each when nothing is found).
+	// Rows affected: rows re-stamped; 0 is the normal case.
+	OutboxRestampForeign(ctx context.Context, maxRows int32) (int64, error)
+	// What `pgoutbox migrate status` reads when the table was migrated outside
+	// pgoutbox's version table (through an application's own goose history, or
+	// by hand): the schema objects the migrations create, and the goose version
+	// tables of the database. Catalogs only, so it works whoever applied the
+	// migrations.
+	// OutboxSchemaObjects says, for each (@kinds[i], @names[i]) — kind one of
+	// table, index, sequence, function, trigger, column — whether it exists for
+	// the table @relation (as this session resolves it): relations and functions
+	// in the table's schema, triggers and columns on the table.
+	// Lock strategy: none (catalog reads, no lock on the table).
+	// Index: pg_class, pg_attribute, pg_trigger and pg_proc catalog indexes.
+	// 0 rows: @relation does not resolve to a table.
+	OutboxSchemaObjects(ctx context.Context, arg OutboxSchemaObjectsParams) ([]*OutboxSchemaObjectsRow, error)
+	// Session settings of pgoutbox's own connections (the relay's pool and
+	// LISTEN connection, the CLI's and the console's connections).
+	// OutboxSessionSettings makes the session what pgoutbox's statements need,
+	// whatever the database or role sets (ALTER DATABASE / ALTER ROLE ... SET):
+	// READ COMMITTED transactions (the claims' FOR UPDATE SKIP LOCKED would fail
+	// with serialization errors in REPEATABLE READ or SERIALIZABLE, and the
+	// functions that read after taking the aggregates' locks refuse to run),
+	// and no server-side statement, lock, idle-in-transaction or transaction
+	// timeout: every statement is bounded by the caller's own timeout
+	// (ClaimTimeout, WriteTimeout), and the relay tells a claim that waited for
+	// a lock from one that failed. A setting that already has the value needed
+	// is left alone, so on a database with the defaults nothing is set.
+	// Session-level (set_config(..., false)): run once per connection.
+	// Lock strategy: none. Always one row.
+	OutboxSessionSettings(ctx context.Context) error
 	// OutboxSkipDead resolves a dead message without delivering it: dead -> done,
 	// which unblocks an ordered aggregate. last_error keeps why it died, prefixed
 	// with the operator's reason.
 	// 0 rows: no such id, or it is not dead (nothing changed).
 	OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error)
+	// OutboxTableLocked reports whether another session holds, or waits for, a
+	// lock on the outbox table that conflicts with the ROW EXCLUSIVE lock every
+	// claim takes (SHARE and stronger: CREATE INDEX, most ALTER TABLE, LOCK
+	// TABLE, VACUUM FULL). The dispatcher asks after a claim ran out of
+	// ClaimTimeout: a claim that waited for such a lock goes on from where it
+	// was once the lock is gone; any other timed-out claim is isolated.
+	// Lock strategy: none (pg_locks is the lock manager's memory; the regclass
+	// cast takes no lock).
+	OutboxTableLocked(ctx context.Context) (bool, error)
 }
 
 var _ Querier = (*Queries)(nil)

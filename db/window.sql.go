@@ -431,14 +431,17 @@ const outboxClaimSnapshot = `-- name: OutboxClaimSnapshot :one
 SELECT pg_current_snapshot()::text AS snapshot,
        (pg_snapshot_xmax(pg_current_snapshot())::text)::bigint AS xmax,
        now()::timestamptz AS at,
-       pg_postmaster_start_time()::timestamptz AS server_started
+       concat_ws('/', (pg_control_system()).system_identifier,
+                 CASE WHEN pg_is_in_recovery() THEN 'recovery' ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END,
+                 extract(epoch FROM pg_postmaster_start_time()),
+                 extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time()))::text AS server
 `
 
 type OutboxClaimSnapshotRow struct {
-	Snapshot      string    `json:"snapshot"`
-	Xmax          int64     `json:"xmax"`
-	At            time.Time `json:"at"`
-	ServerStarted time.Time `json:"server_started"`
+	Snapshot string    `json:"snapshot"`
+	Xmax     int64     `json:"xmax"`
+	At       time.Time `json:"at"`
+	Server   string    `json:"server"`
 }
 
 // Claims from a cursor (migration 00005). OutboxClaim scans outbox_pending
@@ -476,14 +479,21 @@ type OutboxClaimSnapshotRow struct {
 // OutboxClaimSnapshot reads the cursor position for the next
 // OutboxClaimWindow: the current txid snapshot and database time. Call it
 // right before the claim (an earlier snapshot is safe, a later one is not).
-// server_started identifies the server the snapshot belongs to: a txid
-// snapshot means nothing on another server, and a server that crashed and
+// server identifies the server the snapshot belongs to: a txid snapshot
+// means nothing on another server, and a server that crashed and
 // restarted, or a standby promoted after a failover, can hand out again the
 // txids of transactions whose WAL it never got (the old primary's last
 // transactions, rolled back or lost with it): rows of its new transactions
-// would look visible in a snapshot taken before, so already handed out. When
-// server_started changes, or xmax goes back, the caller starts its cursor
-// over.
+// would look visible in a snapshot taken before, so already handed out. It
+// is the system identifier (another cluster: a restored copy, a logical
+// replica), the timeline the server writes WAL on (a promoted standby, a
+// point-in-time recovery), the postmaster's start time (a restart) and the
+// time its shared statistics were last reset: PostgreSQL discards them when
+// it recovers from a crash without restarting the postmaster (a backend
+// killed by the kernel), which none of the others shows; a DBA's
+// pg_stat_reset_shared('bgwriter') changes it too, which only starts the
+// cursor over once. When server changes, or xmax goes back, the caller
+// starts its cursor over.
 // Lock strategy: none. Always one row.
 func (q *Queries) OutboxClaimSnapshot(ctx context.Context) (*OutboxClaimSnapshotRow, error) {
 	row := q.db.QueryRow(ctx, outboxClaimSnapshot)
@@ -492,7 +502,7 @@ func (q *Queries) OutboxClaimSnapshot(ctx context.Context) (*OutboxClaimSnapshot
 		&i.Snapshot,
 		&i.Xmax,
 		&i.At,
-		&i.ServerStarted,
+		&i.Server,
 	)
 	return &i, err
 }
@@ -743,4 +753,31 @@ func (q *Queries) OutboxResolveHeads(ctx context.Context, maxRows int32) (int32,
 	var decided int32
 	err := row.Scan(&decided)
 	return decided, err
+}
+
+const outboxTableLocked = `-- name: OutboxTableLocked :one
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_catalog.pg_locks AS l
+     WHERE l.locktype = 'relation'
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+       AND l.relation = 'outbox'::regclass
+       AND l.pid <> pg_backend_pid()
+       AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+) AS locked
+`
+
+// OutboxTableLocked reports whether another session holds, or waits for, a
+// lock on the outbox table that conflicts with the ROW EXCLUSIVE lock every
+// claim takes (SHARE and stronger: CREATE INDEX, most ALTER TABLE, LOCK
+// TABLE, VACUUM FULL). The dispatcher asks after a claim ran out of
+// ClaimTimeout: a claim that waited for such a lock goes on from where it
+// was once the lock is gone; any other timed-out claim is isolated.
+// Lock strategy: none (pg_locks is the lock manager's memory; the regclass
+// cast takes no lock).
+func (q *Queries) OutboxTableLocked(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, outboxTableLocked)
+	var locked bool
+	err := row.Scan(&locked)
+	return locked, err
 }

@@ -17,7 +17,7 @@ import (
 //     claimed index entries) spread over many rows. It used to double
 //     instead (50, 100, … 2,000: seven claims before the first full one),
 //     and four relays started together on a backlog spent the first
-//     0.4-0.5 s of a 2.5 s drain in that climb (tuning log, entry 20). The
+//     0.4-0.5 s of a 2.5 s drain in that climb. The
 //     work cap below, not the climb, is what keeps a slow publisher's
 //     claims small;
 //   - a claim that came back less than half full halves it, down to

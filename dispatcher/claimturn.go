@@ -5,7 +5,7 @@ import "time"
 // Which kinds a claim round asks, and in which order (ClaimAll). A drain of
 // one kind used to ask the other kind every round as well: an
 // OutboxClaimSnapshot and an empty window claim, 2-4 ms on the claim's
-// critical path of a round of about 25 ms (tuning log, entry 14).
+// critical path of a round of about 25 ms.
 
 // nextOrderedFirst says which kind claims first in the round after one that
 // claimed got of kinds (claimRound's result). The kinds take turns, so that
@@ -13,8 +13,7 @@ import "time"
 // asked and claimed nothing while the other claimed goes last. Turns alone
 // put a backlog of one kind behind the other kind's empty claim every other
 // round, and behind two of them in a row (last in one round, first in the
-// next): 2-4 ms each on the claim's critical path of a drain (tuning log,
-// entry 14). A kind not asked (-1: no room in flight) keeps its turn, so a
+// next): 2-4 ms each on the claim's critical path of a drain. A kind not asked (-1: no room in flight) keeps its turn, so a
 // backlog of one kind that fills every round cannot starve the other.
 func nextOrderedFirst(kinds []ClaimMode, got [2]int) bool {
 	switch {

@@ -15,9 +15,9 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 )
 
-// Defaults. The seed's values where it gives them (lease 60 s, max attempts
-// 12, backoff 1 s .. 300 s; the seed's batch of 50 is BatchMinDefault, where
-// the adaptive claim size starts and returns to when the queue is quiet).
+// Defaults: lease 60 s, max attempts 12, backoff 1 s .. 300 s; claims start
+// at BatchMinDefault (50), where the adaptive claim size also returns to
+// when the queue is quiet.
 const (
 	BatchDefault              = 2000
 	BatchMinDefault           = 50
@@ -36,7 +36,7 @@ const (
 	ShutdownTimeoutDefault    = 10 * time.Second
 	ReapIntervalDefault       = time.Second
 	ChannelDefault            = "outbox"
-	DatabaseRetryMaxDefault   = 5 * time.Second
+	DatabaseRetryMaxDefault   = time.Second // the longest wait between two attempts to reach the database (claims, recovery, LISTEN): a server back from a restart or a failover is used again within about a second
 	StatsIntervalDefault      = 15 * time.Second
 	MaxPayloadBytesDefault    = 1 << 20
 	MaxIdentifierBytesDefault = 255
@@ -93,7 +93,7 @@ func (m ClaimMode) String() string {
 type UnclassifiedPolicy int
 
 const (
-	// UnclassifiedAsCrash (the default) follows the seed's deliberate choice
+	// UnclassifiedAsCrash (the default) is the deliberate choice
 	// not to retry unknown errors silently as transient: the message is left
 	// exactly as a crashed worker would leave it — processing, attempt spent —
 	// and an error is logged. Its lease expires, another claim picks it up in
@@ -306,11 +306,14 @@ type Config struct {
 
 	// ClaimTimeout bounds one claim statement (and the reap, and each
 	// statement of the isolation path and the recovery lane). A claim that
-	// fails with a data or resource error (SQLSTATE class 22, 54, 53200) or
-	// runs out of this time falls back to the isolation path, which claims
-	// without payloads and reads each message alone, so a row that cannot be
-	// returned goes to dead instead of stopping every claim.
-	// Defaults to ClaimTimeoutDefault (30s).
+	// runs out of this time while the table is locked against it (DDL such
+	// as CREATE INDEX or ALTER TABLE, a LOCK TABLE) is claimed again from
+	// where it was, and goes on at full speed once the lock is gone. A claim
+	// that fails with a data or resource error (SQLSTATE class 22, 54,
+	// 53200) or runs out of this time otherwise falls back to the isolation
+	// path, which claims without payloads and reads each message alone, so a
+	// row that cannot be returned goes to dead instead of stopping every
+	// claim. Defaults to ClaimTimeoutDefault (30s).
 	ClaimTimeout time.Duration
 
 	// WriteTimeout bounds each attempt of a fenced write (finalize,

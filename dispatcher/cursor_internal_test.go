@@ -10,8 +10,8 @@ import (
 // A claim cursor belongs to the server its snapshots came from.
 func TestClaimCursor_SameServer(t *testing.T) {
 	t.Parallel()
-	s1 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	s2 := s1.Add(time.Hour)
+	s1 := "7714848543567689896/00000001/1796205600/1796205600"
+	s2 := "7714848543567689896/00000001/1796205600/1796209200" // a crash restart
 	cur := claimCursor{lower: "100:100:", lowerXmax: 100, server: s1}
 	open := cur
 	open.upper, open.upperXmax = "150:150:", 150
@@ -21,12 +21,12 @@ func TestClaimCursor_SameServer(t *testing.T) {
 		pre  db.OutboxClaimSnapshotRow
 		want bool
 	}{
-		{"a new cursor takes any server", claimCursor{}, db.OutboxClaimSnapshotRow{Xmax: 5, ServerStarted: s2}, true},
-		{"same server, xmax moved on", cur, db.OutboxClaimSnapshotRow{Xmax: 120, ServerStarted: s1}, true},
-		{"same server, xmax unchanged", cur, db.OutboxClaimSnapshotRow{Xmax: 100, ServerStarted: s1}, true},
-		{"another server (restart, promotion)", cur, db.OutboxClaimSnapshotRow{Xmax: 120, ServerStarted: s2}, false},
-		{"xmax went back (txids handed out again)", cur, db.OutboxClaimSnapshotRow{Xmax: 90, ServerStarted: s1}, false},
-		{"xmax went back behind an open window's upper snapshot", open, db.OutboxClaimSnapshotRow{Xmax: 140, ServerStarted: s1}, false},
+		{"a new cursor takes any server", claimCursor{}, db.OutboxClaimSnapshotRow{Xmax: 5, Server: s2}, true},
+		{"same server, xmax moved on", cur, db.OutboxClaimSnapshotRow{Xmax: 120, Server: s1}, true},
+		{"same server, xmax unchanged", cur, db.OutboxClaimSnapshotRow{Xmax: 100, Server: s1}, true},
+		{"another server (crash restart, promotion, a copy)", cur, db.OutboxClaimSnapshotRow{Xmax: 120, Server: s2}, false},
+		{"xmax went back (txids handed out again)", cur, db.OutboxClaimSnapshotRow{Xmax: 90, Server: s1}, false},
+		{"xmax went back behind an open window's upper snapshot", open, db.OutboxClaimSnapshotRow{Xmax: 140, Server: s1}, false},
 	}
 	for _, c := range cases {
 		if got := c.cur.sameServer(c.pre); got != c.want {
@@ -34,7 +34,7 @@ func TestClaimCursor_SameServer(t *testing.T) {
 		}
 	}
 	// begin starts a cursor of another server over.
-	got := cur.begin(db.OutboxClaimSnapshotRow{Snapshot: "7:7:", Xmax: 7, ServerStarted: s2})
+	got := cur.begin(db.OutboxClaimSnapshotRow{Snapshot: "7:7:", Xmax: 7, Server: s2})
 	if got.lower != cursorStart || got.server != s2 || got.upper != "7:7:" || got.afterTxid != 0 {
 		t.Errorf("begin on another server = %+v, want the start cursor with a window up to 7:7: on %v", got, s2)
 	}
@@ -44,9 +44,9 @@ func TestClaimCursor_SameServer(t *testing.T) {
 // windows (and before the first) a claim reads a new one.
 func TestClaimCursor_OpenedWindow(t *testing.T) {
 	t.Parallel()
-	s1 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	at := s1.Add(time.Minute)
-	pre := db.OutboxClaimSnapshotRow{Snapshot: "150:150:", Xmax: 150, At: at, ServerStarted: s1}
+	s1 := "7714848543567689896/00000001/1796205600/1796205600"
+	at := time.Date(2026, 12, 1, 10, 1, 0, 0, time.UTC)
+	pre := db.OutboxClaimSnapshotRow{Snapshot: "150:150:", Xmax: 150, At: at, Server: s1}
 	if _, ok := (claimCursor{}).opened(); ok {
 		t.Fatal("the zero cursor has an open window")
 	}
@@ -74,9 +74,10 @@ func TestClaimCursor_OpenedWindow(t *testing.T) {
 // when the due lane came back short too.
 func TestClaimCursor_DueRowsDoNotKeepTheWindowOpen(t *testing.T) {
 	t.Parallel()
-	s1 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	before, at := s1.Add(time.Second), s1.Add(time.Minute)
-	pre := db.OutboxClaimSnapshotRow{Snapshot: "150:150:", Xmax: 150, At: at, ServerStarted: s1}
+	s1 := "7714848543567689896/00000001/1796205600/1796205600"
+	before := time.Date(2026, 12, 1, 10, 0, 1, 0, time.UTC)
+	at := before.Add(time.Minute)
+	pre := db.OutboxClaimSnapshotRow{Snapshot: "150:150:", Xmax: 150, At: at, Server: s1}
 	open := claimCursor{lower: "100:100:", lowerXmax: 100, dueAfter: before, server: s1}.begin(pre)
 	fullOfDue := []windowRow{{txid: 120, id: 1, lane: "fresh"}, {txid: 90, id: 7, lane: "due"}, {txid: 91, id: 8, lane: "due"}}
 	got := open.advance(pre, fullOfDue, 3)
@@ -102,9 +103,9 @@ func TestClaimCursor_DueRowsDoNotKeepTheWindowOpen(t *testing.T) {
 // previous pass's clock minus the margin.
 func TestExpiredCursor_From(t *testing.T) {
 	t.Parallel()
-	s1 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	at := s1.Add(time.Minute)
-	clock := db.OutboxClaimSnapshotRow{At: at, ServerStarted: s1}
+	s1 := "7714848543567689896/00000001/1796205600/1796205600"
+	at := time.Date(2026, 12, 1, 10, 1, 0, 0, time.UTC)
+	clock := db.OutboxClaimSnapshotRow{At: at, Server: s1}
 	var c expiredCursor
 	if from := c.from(clock, time.Hour); !from.IsZero() {
 		t.Fatalf("first pass from %v, want the start", from)
@@ -114,7 +115,7 @@ func TestExpiredCursor_From(t *testing.T) {
 		t.Fatalf("second pass from %v, want %v", from, at.Add(-expiredCursorMargin))
 	}
 	c.passed(clock)
-	if from := c.from(db.OutboxClaimSnapshotRow{At: at, ServerStarted: s1.Add(time.Second)}, time.Hour); !from.IsZero() {
+	if from := c.from(db.OutboxClaimSnapshotRow{At: at, Server: s1 + "2"}, time.Hour); !from.IsZero() {
 		t.Fatalf("pass on another server from %v, want the start", from)
 	}
 	c.passed(clock)

@@ -24,6 +24,7 @@ import (
 type Dispatcher struct {
 	pool     *pgxpool.Pool
 	q        *db.Queries
+	plans    customPlans     // the pool with table renaming (what q runs on, tracing aside)
 	plain    customPlans     // the pool without table renaming (CheckTable)
 	listenC  *pgx.ConnConfig // Config.ListenURL parsed; nil: the pool's settings
 	pub      Publisher
@@ -35,22 +36,23 @@ type Dispatcher struct {
 	breaker  *breaker   // the destination's availability (breaker.go)
 	failures failureLog // rate limit of the delivery-failure log lines
 
-	maxInFlight int
-	inFlight    atomic.Int64  // claimed, not yet finalized or handed back
-	finalizing  atomic.Int64  // of inFlight: published, in the finalize statement being written (claimRoom)
-	worked      atomic.Int64  // jobs the workers finished with: published, failed or handed back (adaptive claim size)
-	claimSize   atomic.Int64  // current unordered claim size (Stats)
-	freed       chan struct{} // signals the claimer that slots were freed
-	wake        chan struct{} // NOTIFY wake-ups, coalesced
-	epoch       time.Time     // monotonic base of hotUntil
-	hotUntil    atomic.Int64  // end of the wake window, as time since epoch
-	wakes       atomic.Int64  // wakeUp calls (claimturn.go)
-	firstIdle   chan struct{} // closed when the claim loop first finds nothing to claim (stats.go)
-	idleOnce    sync.Once
-	stopping    atomic.Bool   // Run's context ended: start nothing new
-	window      windowState   // where the next unordered claim begins (window.go)
-	windowOrd   windowState   // where the next ordered claim begins
-	expired     expiredCursor // where the recovery lane's next pass reads expired leases (recovery_cursor.go)
+	maxInFlight      int
+	inFlight         atomic.Int64  // claimed, not yet finalized or handed back
+	finalizing       atomic.Int64  // of inFlight: published, in the finalize statement being written (claimRoom)
+	worked           atomic.Int64  // jobs the workers finished with: published, failed or handed back (adaptive claim size)
+	claimSize        atomic.Int64  // current unordered claim size (Stats)
+	freed            chan struct{} // signals the claimer that slots were freed
+	wake             chan struct{} // NOTIFY wake-ups, coalesced
+	epoch            time.Time     // monotonic base of hotUntil
+	hotUntil         atomic.Int64  // end of the wake window, as time since epoch
+	wakes            atomic.Int64  // wakeUp calls (claimturn.go)
+	firstIdle        chan struct{} // closed when the claim loop first finds nothing to claim (stats.go)
+	idleOnce         sync.Once
+	stopping         atomic.Bool   // Run's context ended: start nothing new
+	window           windowState   // where the next unordered claim begins (window.go)
+	windowOrd        windowState   // where the next ordered claim begins
+	expired          expiredCursor // where the recovery lane's next pass reads expired leases (recovery_cursor.go)
+	sequencesChecked time.Time     // when the recovery lane last checked the sequences (moved.go)
 
 	running atomic.Bool
 }
@@ -95,7 +97,8 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	if md, ok := pub.(MessagingDestination); ok {
 		dest = md.MessagingSystem()
 	}
-	var dbtx db.DBTX = newCustomPlans(pool, rename)
+	plans := newCustomPlans(pool, rename)
+	var dbtx db.DBTX = plans
 	if !cfg.DisableTracing {
 		dbtx = tracedDB{inner: dbtx, t: tr}
 	}
@@ -103,6 +106,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		pool:        pool,
 		q:           db.New(dbtx),
+		plans:       plans,
 		plain:       newCustomPlans(pool, nil),
 		listenC:     listenC,
 		pub:         pub,
@@ -421,8 +425,13 @@ func (d *Dispatcher) claimRound(ctx context.Context, sizes claimSizes, limit int
 // hold's last 30 s. So it needs a pool of 8 (pgxpool's default from 8 cores).
 const concurrentClaimConns = 8
 
-// claimKind claims up to n messages of kind, falling back to the isolation
-// path when the claim failed on a row or timed out.
+// claimKind claims up to n messages of kind. A claim that ran out of
+// ClaimTimeout while the table is locked against it (DDL such as CREATE
+// INDEX or ALTER TABLE, a LOCK TABLE) returns its error and leaves the cursor
+// where it was: the next claim waits for the lock again and, once it is
+// gone, goes on from the same keyset at full speed. A claim that failed with
+// an error one row can cause, or ran out of time otherwise, falls back to
+// the isolation path, which reads the claimed rows one at a time.
 func (d *Dispatcher) claimKind(ctx context.Context, kind ClaimMode, n int, jobs chan<- *job, rel *releaser) (int, error) {
 	var got int
 	var err error
@@ -430,6 +439,12 @@ func (d *Dispatcher) claimKind(ctx context.Context, kind ClaimMode, n int, jobs 
 		got, err = d.claimUnordered(ctx, n, jobs)
 	} else {
 		got, err = d.claimOrdered(ctx, n, jobs)
+	}
+	if err != nil && isTimeout(ctx, err) && d.tableLocked(ctx) {
+		d.metrics.lockWaits.Add(1)
+		d.log.Warn("claim timed out waiting for a lock on the outbox table (DDL or LOCK TABLE); it goes on from where it was once the lock is gone",
+			slog.String("kind", kind.String()), slog.Duration("claim_timeout", d.cfg.ClaimTimeout))
+		return 0, fmt.Errorf("%w: %w", errTableLocked, err)
 	}
 	if err != nil && (isRowError(err) || isTimeout(ctx, err)) {
 		// One row may be what fails the whole claim (it cannot be
@@ -440,6 +455,20 @@ func (d *Dispatcher) claimKind(ctx context.Context, kind ClaimMode, n int, jobs 
 		got, err = d.isolate(ctx, kind, n, jobs, rel)
 	}
 	return got, err
+}
+
+// errTableLocked wraps a claim's timeout when the outbox table was locked
+// against the claim.
+var errTableLocked = errors.New("the outbox table is locked")
+
+// tableLocked reports whether a lock that conflicts with the claims' ROW
+// EXCLUSIVE lock is held or awaited on the outbox table
+// (OutboxTableLocked). When it cannot tell, it says no.
+func (d *Dispatcher) tableLocked(ctx context.Context) bool {
+	lctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	defer cancel()
+	locked, err := d.q.OutboxTableLocked(lctx)
+	return err == nil && locked
 }
 
 // dbError logs a database error and sleeps a capped, jittered backoff. It
@@ -466,8 +495,7 @@ func (d *Dispatcher) dbError(ctx context.Context, op string, err error, failures
 // and inside the finalize statement being written count against it only
 // beyond one claim of size: without that the claimer waited for every
 // finalize, and the server, whose claim came back first, ran one statement
-// at a time for a quarter of each round (a statement trace of a drain; tuning
-// log, entry 18). So at most limit messages in flight are not yet published
+// at a time for a quarter of each round (a statement trace of a drain). So at most limit messages in flight are not yet published
 // (what a crash leaves waiting for a lease to expire before anyone publishes
 // them), and at most one claim more is published, waiting for its finalize
 // to commit (a crash re-delivers those: duplicates the consumer drops).

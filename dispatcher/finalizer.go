@@ -124,13 +124,12 @@ func (f *finalizer) run(ctx context.Context) {
 // it commits; a producer committing an event of one of those aggregates
 // waits for it (its COMMIT takes the same lock to decide its head). A batch
 // of 2,000 ordered rows over 1,000 aggregates held nearly every aggregate's
-// lock for the whole statement: measured with a long snapshot held (issue
-// 14, where each row costs more), 0.4-0.8 s per statement and producers'
-// COMMITs waiting 40-70 s per 10 s in total, which slowed the finalizer in
-// turn (it waits for their locks). Chunks of 64 hold few locks, briefly;
-// the rest of a batch (unordered rows, and ordered rows with any other
-// outcome, which hand nothing on) still goes in one statement, which takes
-// none.
+// lock for the whole statement: measured with a long snapshot held (where
+// each row costs more), 0.4-0.8 s per statement and producers' COMMITs
+// waiting 40-70 s per 10 s in total, which slowed the finalizer in turn (it
+// waits for their locks). Chunks of 64 hold few locks, briefly; the rest of
+// a batch (unordered rows, and ordered rows with any other outcome, which
+// hand nothing on) still goes in one statement, which takes none.
 const orderedFinalizeChunk = 64
 
 // flush writes a batch: its ordered rows that become done in chunks of

@@ -191,6 +191,9 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 		d.metrics.add(outReaped, n)
 		d.log.Warn("reaped messages whose lease expired after max attempts", slog.Int64("count", n))
 	}
+	if err := d.repairMoved(ctx); err != nil {
+		return err
+	}
 	if err := d.resolveHeads(ctx); err != nil {
 		return err
 	}

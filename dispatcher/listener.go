@@ -53,6 +53,12 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		conn.Close(closeCtx)
 	}()
 	tuneConn(conn.PgConn().Conn())
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	err = PrepareSession(sctx, conn)
+	cancel()
+	if err != nil {
+		return err
+	}
 	// LISTEN takes no parameters; the channel name was validated as a plain
 	// identifier in Config.validate and is quoted here.
 	lctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)

@@ -37,8 +37,10 @@ type Stats struct {
 	DBErrors      int64 // transient database errors retried
 	Flushes       int64 // batched finalize statements
 	Isolations    int64 // claims that failed and fell back to the isolation path
+	LockWaits     int64 // claims that ran out of ClaimTimeout while the table was locked against them (DDL), resumed where they were
 	Unreadable    int64 // messages sent to dead because their row could not be read
 	Requeued      int64 // pending messages the claim cursor had passed, recovered by the sweep, and heads repaired (normally 0)
+	Repaired      int64 // rows and sequences brought from another server that were repaired: txids re-stamped, rows sequenced, sequences moved on (normally 0)
 	InFlight      int64 // claimed now and not yet finalized or handed back
 	ClaimSize     int64 // the current adaptive claim size (Config.BatchMin .. Config.Batch)
 	BreakerOpen   bool  // the breaker is open now: the destination is unavailable, claims wait for probes
@@ -55,6 +57,13 @@ type QueueStats struct {
 	OldestAgeSeconds  float64
 	ExpiredLeases     int64
 	BlockedAggregates int64
+	Horizon           Horizon // who holds the oldest snapshot, and the table's dead tuples
+	// Rows from another server that nothing delivers until they are
+	// repaired (OutboxPortability; a relay repairs them on its recovery
+	// lane, `pgoutbox repair` at once): ordered rows inserted with the
+	// table's triggers off, pending rows with a txid this server has not
+	// assigned, and sequences (id, seq) behind the rows.
+	Unsequenced, ForeignTxids, SequencesBehind int64
 }
 
 // outcome is what became of a claimed message (or a fenced write).
@@ -83,7 +92,7 @@ type metrics struct {
 	outcomeAttrs                                                                                                  [numOutcomes]metric.AddOption
 	publishAttrs                                                                                                  [2][]metric.RecordOption // ok=false, ok=true (built once, slices included: a variadic argument built per call escapes, one allocation per publish)
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable, requeued atomic.Int64
-	idleWaits, listens                                                                                            atomic.Int64
+	idleWaits, listens, repaired, lockWaits                                                                       atomic.Int64
 
 	mu    sync.Mutex
 	queue QueueStats
@@ -94,9 +103,12 @@ type metrics struct {
 	e2eHist        metric.Float64Histogram
 	flushHist      metric.Int64Histogram
 
-	meter                                            metric.Meter
-	depthGauge, ageGauge, expiredGauge, blockedGauge metric.Int64ObservableGauge
-	breakerGauge                                     metric.Int64ObservableGauge
+	meter                                             metric.Meter
+	depthGauge, ageGauge, expiredGauge, blockedGauge  metric.Int64ObservableGauge
+	horizonAgeGauge, horizonXminGauge, deadTupleGauge metric.Int64ObservableGauge
+	unrepairedGauge                                   metric.Int64ObservableGauge
+	unrepairedAttrs                                   [3]metric.ObserveOption // unsequenced, foreign_txid, sequence_behind
+	breakerGauge                                      metric.Int64ObservableGauge
 }
 
 // secondsBuckets are the advised boundaries of the duration histograms: 1ms
@@ -158,6 +170,25 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("1 while this dispatcher's breaker is open (the destination is unavailable: claims wait for probes), 0 otherwise.")); err != nil {
 		return nil, err
 	}
+	if m.horizonAgeGauge, err = meter.Int64ObservableGauge("pgoutbox.horizon.age", metric.WithUnit("s"),
+		metric.WithDescription("How long the holder of the server's oldest snapshot has held it (its transaction's age; 0 when unknown), labelled with the holder.")); err != nil {
+		return nil, err
+	}
+	if m.horizonXminGauge, err = meter.Int64ObservableGauge("pgoutbox.horizon.xmin_age", metric.WithUnit("{transaction}"),
+		metric.WithDescription("Age in transactions of the oldest snapshot on the server, labelled with its holder (kind, pid, role, name).")); err != nil {
+		return nil, err
+	}
+	if m.deadTupleGauge, err = meter.Int64ObservableGauge("pgoutbox.table.dead_tuples", metric.WithUnit("{tuple}"),
+		metric.WithDescription("Dead row versions in the outbox table that vacuum has not removed (statistics, approximate).")); err != nil {
+		return nil, err
+	}
+	if m.unrepairedGauge, err = meter.Int64ObservableGauge("pgoutbox.queue.unrepaired", metric.WithUnit("{row}"),
+		metric.WithDescription("Rows from another server waiting for a repair, by kind: unsequenced (ordered rows inserted with triggers off), foreign_txid (pending rows with a txid this server has not assigned), sequence_behind (sequences behind the rows).")); err != nil {
+		return nil, err
+	}
+	for i, kind := range []string{"unsequenced", "foreign_txid", "sequence_behind"} {
+		m.unrepairedAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", kind)))
+	}
 	m.meter = meter
 	return m, nil
 }
@@ -189,8 +220,18 @@ func (m *metrics) observeQueue() (metric.Registration, error) {
 		o.ObserveInt64(m.ageGauge, int64(q.OldestAgeSeconds))
 		o.ObserveInt64(m.expiredGauge, q.ExpiredLeases)
 		o.ObserveInt64(m.blockedGauge, q.BlockedAggregates)
+		o.ObserveInt64(m.deadTupleGauge, q.Horizon.DeadTuples)
+		if h, ok := q.Horizon.Oldest(); ok {
+			attrs := metric.WithAttributes(attribute.String("holder_kind", h.Kind), attribute.Int("holder_pid", int(h.PID)),
+				attribute.String("holder_role", h.Role), attribute.String("holder_name", h.Name))
+			o.ObserveInt64(m.horizonXminGauge, h.XminAge, attrs)
+			o.ObserveInt64(m.horizonAgeGauge, int64(h.HeldSeconds), attrs)
+		}
+		for i, n := range []int64{q.Unsequenced, q.ForeignTxids, q.SequencesBehind} {
+			o.ObserveInt64(m.unrepairedGauge, n, m.unrepairedAttrs[i])
+		}
 		return nil
-	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge)
+	}, m.depthGauge, m.ageGauge, m.expiredGauge, m.blockedGauge, m.horizonAgeGauge, m.horizonXminGauge, m.deadTupleGauge, m.unrepairedGauge)
 }
 
 func (m *metrics) queueStats() QueueStats {
@@ -243,7 +284,7 @@ func (d *Dispatcher) Stats() Stats {
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
 		Unavailable: m.outcomes[outUnavailable].Load(), BreakerOpen: d.breaker.holding(), BreakerOpens: d.breaker.opens.Load(), Probes: d.breaker.probed.Load(),
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
-		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(),
+		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(), Repaired: m.repaired.Load(), LockWaits: m.lockWaits.Load(),
 		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),
 		IdleWaits: m.idleWaits.Load(), Listens: m.listens.Load(),
 		Queue: m.queueStats(),

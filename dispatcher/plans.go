@@ -1,10 +1,7 @@
 package dispatcher
 
 import (
-	"context"
-
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/db"
@@ -53,14 +50,4 @@ func (c customPlans) args(args []any) []any {
 	return append([]any{c.mode}, args...)
 }
 
-func (c customPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return c.pool.Exec(ctx, c.rename.sql(sql), c.args(args)...)
-}
-
-func (c customPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return c.pool.Query(ctx, c.rename.sql(sql), c.args(args)...)
-}
-
-func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return c.pool.QueryRow(ctx, c.rename.sql(sql), c.args(args)...)
-}
+// Exec, Query and QueryRow run on a prepared session (session.go).

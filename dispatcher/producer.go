@@ -43,7 +43,7 @@ type Event struct {
 type ProducerConfig struct {
 	// OrderedEventTypes and OrderedAggregateTypes mark matching events as
 	// Ordered, so ordering is chosen per event type or aggregate type in one
-	// table (the seed: order only the event types that need it).
+	// table: order only the event types that need it.
 	// Default to none.
 	OrderedEventTypes     []string
 	OrderedAggregateTypes []string

@@ -10,8 +10,7 @@ import (
 // without a context and a timer of their own.
 //
 // context.WithTimeoutCause per publish cost about an eighth of the
-// dispatcher's CPU in a drain (the profile of BENCHMARKS.md's tuning log,
-// entry 14; the change and its figures: entry 15): three to four
+// dispatcher's CPU in a drain (measured by profile): three to four
 // allocations, a new runtime timer, and an insert into and a delete from
 // the children of the worker's parent context, whose mutex every worker
 // takes. Instead each worker keeps one cancellable context (a generation)

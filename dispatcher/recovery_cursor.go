@@ -22,7 +22,7 @@ const expiredCursorMargin = 5 * time.Second
 // start. Only the recovery lane's goroutine uses it.
 type expiredCursor struct {
 	after    time.Time // database time; zero: from the start
-	server   time.Time // pg_postmaster_start_time of the server after comes from
+	server   string    // identity of the server after comes from (OutboxClaimSnapshot's server)
 	lastFull time.Time // local time of the last pass from the start
 	fullTook time.Duration
 	full     bool // the current pass reads from the start
@@ -33,7 +33,7 @@ type expiredCursor struct {
 // the server changed (a failover: the new primary's clock is another
 // clock); otherwise the cursor.
 func (c *expiredCursor) from(clock db.OutboxClaimSnapshotRow, sweepEvery time.Duration) time.Time {
-	c.full = c.after.IsZero() || !c.server.Equal(clock.ServerStarted) || time.Since(c.lastFull) >= max(sweepEvery, sweepDuty*c.fullTook)
+	c.full = c.after.IsZero() || c.server != clock.Server || time.Since(c.lastFull) >= max(sweepEvery, sweepDuty*c.fullTook)
 	if c.full {
 		c.lastFull = time.Now()
 		return time.Time{}
@@ -45,7 +45,7 @@ func (c *expiredCursor) from(clock db.OutboxClaimSnapshotRow, sweepEvery time.Du
 // clock (its last OutboxClaimExpired came back empty).
 func (c *expiredCursor) passed(clock db.OutboxClaimSnapshotRow) {
 	c.after = clock.At.Add(-expiredCursorMargin)
-	c.server = clock.ServerStarted
+	c.server = clock.Server
 	if c.full {
 		c.fullTook = time.Since(c.lastFull)
 	}

@@ -30,14 +30,14 @@ const firstStatsSettle = time.Second
 // for its created_at: 29.7 ms with 100,000 pending, OutboxQueueDepth about
 // 9 ms), and each relay of a fleet starting on the backlog used to pay it
 // first thing: four relays about 160 ms of server time in a drain of about
-// 1.8 s on two cores (tuning log, entry 15).
+// 1.8 s on two cores.
 //
 // Nor at once when the claim loop first finds nothing: a relay of a fleet
 // finds nothing to claim while the other relays still publish and finalize
 // up to three claims each (claimRoom), and the gauges cost the most at that
 // moment: they step over the index entries of every row the drain claimed,
 // which the fleet's snapshots keep from being removed. Four relays draining 100,000
-// events on two cores (tuning log, entry 17): their four first reads took
+// events on two cores: their four first reads took
 // 0.6-0.9 s of server time, 62-116 ms a query against 25-38 ms for one
 // relay's, in a drain of about 3 s.
 func (d *Dispatcher) refreshStats(ctx context.Context) {
@@ -101,5 +101,13 @@ func ReadQueueStats(ctx context.Context, q *db.Queries) (QueueStats, error) {
 		return out, err
 	}
 	out.BlockedAggregates = int64(len(blocked))
+	if out.Horizon, err = ReadHorizon(ctx, q, 1); err != nil {
+		return out, err
+	}
+	moved, err := q.OutboxPortability(ctx, 100000)
+	if err != nil {
+		return out, err
+	}
+	out.Unsequenced, out.ForeignTxids, out.SequencesBehind = moved.Unsequenced, moved.ForeignTxids, int64(moved.SequencesBehind)
 	return out, nil
 }

@@ -29,7 +29,7 @@ type claimCursor struct {
 	afterTxid int64     // fresh-lane keyset: (txid, id) of the last fresh row claimed in this window
 	afterID   int64     //
 	dueAfter  time.Time // database time up to which due rows were handed out
-	server    time.Time // pg_postmaster_start_time of the server the snapshots come from (zero: none yet)
+	server    string    // identity of the server the snapshots come from (OutboxClaimSnapshot's server; "": none yet)
 }
 
 // cursorStart is the empty snapshot: no transaction is visible in it, so
@@ -44,7 +44,9 @@ func (c claimCursor) orStart() claimCursor {
 }
 
 // sameServer reports whether pre comes from the server c's snapshots were
-// taken on: the same postmaster start time, and an xmax that did not go back.
+// taken on: the same server identity (OutboxClaimSnapshot: system
+// identifier, timeline, start and crash restart), and an xmax that did not
+// go back.
 // A txid snapshot is only meaningful on the server that took it. After a
 // crash restart, or a standby promoted in a failover, the server may hand
 // out again the txids of transactions whose WAL it never got (rolled back,
@@ -52,10 +54,10 @@ func (c claimCursor) orStart() claimCursor {
 // txids would look visible in c.lower, that is already handed out, and wait
 // for the sweep. A cursor of another server starts over instead.
 func (c claimCursor) sameServer(pre db.OutboxClaimSnapshotRow) bool {
-	if c.server.IsZero() {
+	if c.server == "" {
 		return true
 	}
-	return c.server.Equal(pre.ServerStarted) && pre.Xmax >= c.lowerXmax && (c.upper == "" || pre.Xmax >= c.upperXmax)
+	return c.server == pre.Server && pre.Xmax >= c.lowerXmax && (c.upper == "" || pre.Xmax >= c.upperXmax)
 }
 
 // begin opens a window at pre (the OutboxClaimSnapshot read just before the
@@ -65,7 +67,7 @@ func (c claimCursor) begin(pre db.OutboxClaimSnapshotRow) claimCursor {
 	if !c.sameServer(pre) {
 		c = claimCursor{lower: cursorStart}
 	}
-	c.server = pre.ServerStarted
+	c.server = pre.Server
 	if c.upper == "" {
 		c.upper, c.upperXmax, c.upperAt = pre.Snapshot, pre.Xmax, pre.At
 		c.afterTxid, c.afterID = c.lowerXmax, 0
@@ -77,17 +79,17 @@ func (c claimCursor) begin(pre db.OutboxClaimSnapshotRow) claimCursor {
 // opened it: a claim that continues the window (the previous one came back
 // full) needs no OutboxClaimSnapshot of its own. The window's upper bound is
 // fixed until a claim comes back short, and the row's time, earlier than a
-// new one would be, only makes the due mark of advance or abandon earlier,
+// new one would be, only makes the due mark of advance earlier,
 // the safe side. A server change in the middle of a window is noticed by the
 // snapshot that opens the next one (sameServer) and the cursor starts over
 // then: a continuing claim on the new server claims only committed rows, and
 // the rows it passes are read again from the first pending row. ok is false
 // between windows.
 func (c claimCursor) opened() (pre db.OutboxClaimSnapshotRow, ok bool) {
-	if c.upper == "" || c.server.IsZero() {
+	if c.upper == "" || c.server == "" {
 		return pre, false
 	}
-	return db.OutboxClaimSnapshotRow{Snapshot: c.upper, Xmax: c.upperXmax, At: c.upperAt, ServerStarted: c.server}, true
+	return db.OutboxClaimSnapshotRow{Snapshot: c.upper, Xmax: c.upperXmax, At: c.upperAt, Server: c.server}, true
 }
 
 // windowRow is what advance needs of a claimed row.
@@ -135,27 +137,6 @@ func (c claimCursor) advance(pre db.OutboxClaimSnapshotRow, rows []windowRow, ba
 	return c
 }
 
-// abandon handles a window claim that failed on a row (a payload that cannot
-// be returned: a data or resource error) or timed out. Such a claim fails
-// the same way every time it is retried, and its statement may go on holding
-// the rows' locks on the server for a while after the client gave up. So the
-// window is given up: the cursor moves past it as if it had been handed out,
-// and the recovery lane's sweep, forced at its next pass, claims its rows
-// without payloads (OutboxClaimPassed) and publishes each alone, so the one
-// bad row fails only itself (rows still locked are taken at a later sweep).
-// Any other error (the connection) leaves the cursor as it was.
-func (d *Dispatcher) abandon(ctx context.Context, w *windowState, cur claimCursor, pre db.OutboxClaimSnapshotRow, err error) {
-	if !isRowError(err) && !isTimeout(ctx, err) {
-		return
-	}
-	w.mu.Lock()
-	w.cur = claimCursor{lower: cur.upper, lowerXmax: cur.upperXmax, dueAfter: pre.At, server: cur.server}
-	w.mu.Unlock()
-	d.window.mu.Lock() // the sweep's clock lives in d.window for both kinds
-	d.window.lastSweep = time.Time{}
-	d.window.mu.Unlock()
-}
-
 // windowState is the cursor shared by the claim loop (which moves it) and
 // the recovery lane (which sweeps behind it).
 type windowState struct {
@@ -172,7 +153,7 @@ type windowState struct {
 type sweepMark struct {
 	lower    string
 	dueAfter time.Time
-	server   time.Time
+	server   string
 }
 
 // fullSweepEvery: one sweep in so many reads from the start, for rows
@@ -188,7 +169,7 @@ func (w *windowState) sweepFrom(cur claimCursor) (since string, dueSince time.Ti
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	m := w.marks[0]
-	if m.lower == "" || !m.server.Equal(cur.server) || w.sweeps%fullSweepEvery == fullSweepEvery-1 {
+	if m.lower == "" || m.server != cur.server || w.sweeps%fullSweepEvery == fullSweepEvery-1 {
 		return cursorStart, time.Time{}
 	}
 	return m.lower, m.dueAfter
@@ -236,7 +217,7 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 	cur := w.get()
 	// Inside an open window (a backlog: the previous claim came back full)
 	// the claim reuses the snapshot that opened it: one round trip a claim
-	// instead of two (tuning log, entry 18).
+	// instead of two.
 	pre, continuing := cur.opened()
 	if !continuing {
 		snap, err := d.q.OutboxClaimSnapshot(cctx)
@@ -246,8 +227,8 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 		pre = *snap
 	}
 	if !cur.sameServer(pre) {
-		d.log.Warn("the database server changed (a restart or a failover): the claim cursor starts over from the first pending row",
-			slog.Bool("ordered", ordered), slog.Time("server_started", pre.ServerStarted), slog.Int64("xmax", pre.Xmax))
+		d.log.Warn("the database server changed (a crash restart, a failover, a restored or replicated copy): the claim cursor starts over from the first pending row",
+			slog.Bool("ordered", ordered), slog.String("server", pre.Server), slog.Int64("xmax", pre.Xmax))
 	}
 	cur = cur.begin(pre)
 	owner := d.tokens.next()
@@ -270,7 +251,10 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 		rows, err = d.q.OutboxClaimWindow(cctx, params)
 	}
 	if err != nil {
-		d.abandon(ctx, w, cur, pre, err)
+		// The cursor stays where it was (w is not moved): the next claim
+		// reads the same window from the same keyset, whether this one
+		// waited for a lock (claimKind waits for it to go) or failed on a
+		// row (claimKind isolates the rows first).
 		return 0, err
 	}
 	keys := make([]windowRow, len(rows))
@@ -403,26 +387,25 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 }
 
 // resolveHeads decides the heads that REPEATABLE READ or SERIALIZABLE
-// producers left undecided (OutboxResolveHeads), on every recovery pass.
+// producers left undecided (OutboxResolveHeads), on every recovery pass, in
+// a READ COMMITTED transaction whatever the session's default isolation.
 func (d *Dispatcher) resolveHeads(ctx context.Context) error {
 	if d.cfg.Claim == ClaimUnorderedOnly {
 		return nil
 	}
-	for ctx.Err() == nil {
-		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
-		n, err := d.q.OutboxResolveHeads(sctx, int32(sweepRows))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("resolve heads: %w", err)
-		}
-		if n > 0 {
-			d.wakeUp()
-		}
-		if int(n) < sweepRows {
-			return nil
-		}
+	n, err := d.decideHeads(ctx)
+	if n > 0 {
+		d.wakeUp()
 	}
-	return nil
+	return err
+}
+
+// decideHeads runs OutboxResolveHeads until it decides fewer than
+// sweepRows heads.
+func (d *Dispatcher) decideHeads(ctx context.Context) (int64, error) {
+	return d.readCommittedLoop(ctx, "resolve heads", func(ctx context.Context, q *db.Queries) (int32, error) {
+		return q.OutboxResolveHeads(ctx, int32(sweepRows))
+	})
 }
 
 // sweepRows bounds one OutboxClaimPassed or OutboxResolveHeads statement.

@@ -1,8 +1,9 @@
 -- pgoutbox-migration: 00001_outbox.sql
 -- +goose Up
--- The outbox table: the seed's columns, names and types exactly, so the
--- seed's monitoring SQL runs unchanged, plus three columns that features need
--- (each explained where it is declared).
+-- The outbox table: the event, its delivery state (status, available_at,
+-- attempts) and the lease that fences every write after a claim
+-- (lease_owner, lease_until, lease_version), plus three columns that features
+-- need (each explained where it is declared).
 CREATE TABLE outbox (
     id             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     aggregate_type text        NOT NULL,
@@ -49,7 +50,7 @@ CREATE TABLE outbox (
 CREATE INDEX outbox_pending ON outbox (id, available_at)
     WHERE status = 'pending' AND NOT ordered;
 
--- Expired-lease recovery, reap and the expired-leases gauge (the seed's index).
+-- Expired-lease recovery, reap and the expired-leases gauge (partial: only rows in flight).
 CREATE INDEX outbox_leased ON outbox (lease_until)
     WHERE status = 'processing';
 

@@ -40,24 +40,24 @@ UPDATE outbox
 -- compares every row in flight with every id of the batch (measured: 86 ms
 -- instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
 -- Returns the ids actually finalized, as one array (one row to send and
--- decode instead of one per message: tuning log, entry 18); an id missing
+-- decode instead of one per message); an id missing
 -- from it lost its lease. Never NULL: empty when none was finalized.
 -- name: OutboxMarkDoneMany :one
 WITH handoff_locks AS (
     -- The head hand-off (migration 00005) locks each ordered row's
-    -- aggregate; taken here first, all at once and in key order (the order
-    -- producers' COMMITs take them), so a batch can never deadlock with a
-    -- producer that writes two of its aggregates, or with another batch.
+    -- aggregate; taken here first, all at once and in key order through
+    -- outbox_lock_aggregates (migration 00008, as producers' COMMITs take
+    -- them), so a batch can never deadlock with a producer that writes two
+    -- of its aggregates, or with another batch.
     -- @unordered_only = true (the caller knows the batch holds no ordered
     -- row) skips the lookups: 3.7 ms per batch of 2,000 unordered rows.
     -- Its zero value takes the locks, the safe side.
-    SELECT count(pg_advisory_xact_lock(k.key)) AS n
-      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+    SELECT outbox_lock_aggregates(ARRAY(
+            SELECT l.aggregate_id
               FROM outbox AS l
              WHERE l.id = ANY (@ids::bigint[])
                AND l.ordered
-               AND NOT @unordered_only::boolean
-             ORDER BY 1) AS k
+               AND NOT @unordered_only::boolean)) AS n
 ),
 done AS (
     UPDATE outbox AS o
@@ -109,17 +109,17 @@ SELECT coalesce(array_agg(done.id), '{}')::bigint[] AS ids
 -- name: OutboxFinalizeMany :one
 WITH handoff_locks AS (
     -- As OutboxMarkDoneMany: the aggregates of the ordered rows that become
-    -- done, locked first, all at once and in key order. @unordered_only =
-    -- true (the caller knows no ordered row becomes done) skips the lookups.
-    SELECT count(pg_advisory_xact_lock(k.key)) AS n
-      FROM (SELECT DISTINCT ('outbox'::regclass::oid::bigint << 32) | (hashtext(l.aggregate_id)::bigint & 4294967295) AS key
+    -- done, locked first, all at once and in key order through
+    -- outbox_lock_aggregates. @unordered_only = true (the caller knows no
+    -- ordered row becomes done) skips the lookups.
+    SELECT outbox_lock_aggregates(ARRAY(
+            SELECT l.aggregate_id
               FROM outbox AS l
              WHERE l.id = ANY (ARRAY(SELECT (@ids::bigint[])[i]
                                        FROM generate_subscripts(@outcomes::text[], 1) AS i
                                       WHERE (@outcomes::text[])[i] = 'done'))
                AND l.ordered
-               AND NOT @unordered_only::boolean
-             ORDER BY 1) AS k
+               AND NOT @unordered_only::boolean)) AS n
 ),
 written AS (
     UPDATE outbox AS o

@@ -1,4 +1,5 @@
--- Monitoring: the seed's section 6, read-only, no locks taken.
+-- Monitoring: queue depth, oldest pending age, expired leases, attempts and
+-- blocked aggregates; read-only, no locks taken.
 
 -- OutboxCountByStatus: queue depth by status.
 -- Scans the table (done rows included); run it at monitoring intervals.
@@ -41,7 +42,7 @@ SELECT u.pending::bigint AS pending,
 -- most important alert: it grows without bound when dispatch stops.
 -- Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
 -- three branches, so retained done rows are not scanned. Note that the
--- seed's form (status IN ('pending', 'processing')) gives the same answer:
+-- plain form (status IN ('pending', 'processing')) gives the same answer:
 -- the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
 -- and an unsequenced ordered row is an uncommitted one (invisible here).
 -- name: OutboxOldestPendingAge :one

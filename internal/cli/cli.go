@@ -51,6 +51,7 @@ type options struct {
 type app struct {
 	options
 	secrets *redact.Scrubber // passwords and tokens seen in this invocation
+	dbUser  string           // the role the command connects as (for grant hints)
 	stderr  io.Writer        // options.stderr behind the scrubber
 	table   string           // --table of the command (default outbox)
 	schema  string           // --schema of the command (default none)
@@ -95,6 +96,7 @@ func commands() []command {
 		{"dead retry", "redrive dead messages (back to pending, attempts reset)", (*app).deadRetry},
 		{"dead skip", "resolve dead messages without delivering them (dead -> done)", (*app).deadSkip},
 		{"purge", "delete done messages older than a retention period", (*app).purge},
+		{"repair", "repair rows restored or replicated from another server (txids, sequencing, sequences)", (*app).repair},
 		{"init", "write the migrations and queries for your own table name into your sqlc project", (*app).initCmd},
 		{"enqueue", "insert one event (for tests and manual replays)", (*app).enqueue},
 		{"ui", "serve the web console (overview, messages, dead letters, blocked aggregates)", (*app).ui},
@@ -130,8 +132,11 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		group = append(group, c)
 	}
 	if len(group) == 0 {
-		a.topUsage(a.stderr)
-		return &exitError{code: ExitUsage, msg: fmt.Sprintf("unknown command %q", args[0])}
+		msg := fmt.Sprintf("unknown command %q", args[0])
+		if best := closest(args[0], topCommands()); best != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", best)
+		}
+		return &exitError{code: ExitUsage, msg: msg + "\nSee 'pgoutbox --help'."}
 	}
 	if len(args) > 1 {
 		for _, c := range group {
@@ -156,6 +161,18 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return &exitError{code: ExitUsage, msg: fmt.Sprintf("%s: missing command", args[0])}
 	}
 	return &exitError{code: ExitUsage, msg: fmt.Sprintf("%s: unknown command %q", args[0], args[1])}
+}
+
+// topCommands are the first words of the commands: run, dead, migrate, ...
+func topCommands() []string {
+	var names []string
+	for _, c := range commands() {
+		first, _, _ := strings.Cut(c.name, " ")
+		if len(names) == 0 || names[len(names)-1] != first {
+			names = append(names, first)
+		}
+	}
+	return names
 }
 
 func isHelp(s string) bool {
@@ -183,9 +200,8 @@ Exit codes: 0 ok, 1 runtime error, 2 usage error (130: purge interrupted).
 
 // exitError carries an exit code and the message printed for it.
 type exitError struct {
-	code  int
-	msg   string
-	usage func(io.Writer) // printed after msg for usage errors
+	code int
+	msg  string
 }
 
 func (e *exitError) Error() string { return e.msg }
@@ -208,10 +224,6 @@ func (a *app) exit(err error) int {
 	}
 	if e.msg != "" {
 		fmt.Fprintf(a.stderr, "pgoutbox: %s\n", message(e.msg))
-	}
-	if e.usage != nil {
-		fmt.Fprintln(a.stderr)
-		e.usage(a.stderr)
 	}
 	return e.code
 }

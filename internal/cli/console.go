@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,7 +33,13 @@ Authentication comes from the environment: PGOUTBOX_UI_TOKEN (browsers ask for
 it as the password of any user name; scripts send "Authorization: Bearer
 TOKEN"), or PGOUTBOX_UI_USER and PGOUTBOX_UI_PASSWORD (HTTP basic auth). Without
 either, the console listens on loopback addresses only (127.0.0.1, ::1,
-localhost) and refuses any other --addr.
+localhost) and refuses any other --addr; on any other address the token or
+password must be at least 16 characters. --tls-cert and --tls-key serve HTTPS.
+
+The console answers only requests whose Host is an IP address, localhost, or a
+name given with --public-host: a web page on another site that points its own
+name at this machine (DNS rebinding) gets 421 Misdirected Request and nothing
+else.
 
 Every state-changing request needs the page's CSRF token; --read-only hides the
 actions and rejects them (read-only needs only SELECT on the table, which the
@@ -41,7 +48,8 @@ what they changed. No page ever shows the database password.`
 
 const uiExamples = `  pgoutbox ui
   pgoutbox ui --addr 127.0.0.1:9090 --read-only
-  PGOUTBOX_UI_TOKEN=$(openssl rand -hex 16) pgoutbox ui --addr 0.0.0.0:8080
+  PGOUTBOX_UI_TOKEN=$(openssl rand -hex 16) pgoutbox ui --addr 0.0.0.0:8443 \
+      --public-host outbox.example.com --tls-cert cert.pem --tls-key key.pem
   pgoutbox ui --table hr_outbox --schema hr --prefix /outbox`
 
 func (a *app) ui(ctx context.Context, args []string) error {
@@ -52,8 +60,19 @@ func (a *app) ui(ctx context.Context, args []string) error {
 	prefix := f.String("prefix", "", "serve under this path (such as /outbox) instead of /")
 	stalledAfter := f.durationDays("stalled-after", console.StalledAfterDefault, "an ordered aggregate whose head (its first undelivered message) is older than this counts as blocked")
 	refresh := f.duration("refresh", console.RefreshDefault, "how often the overview reloads itself")
+	publicHosts := f.listOf("public-host", "host", "a host name the console is reached by besides IP addresses and localhost (repeatable); requests naming any other host get 421")
+	tlsCert := f.String("tls-cert", "", "serve HTTPS with this certificate (PEM file; with --tls-key)")
+	tlsKey := f.String("tls-key", "", "the private key of --tls-cert (PEM file)")
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return f.usageError("--tls-cert and --tls-key must be given together")
+	}
+	for _, h := range *publicHosts {
+		if h == "" || strings.ContainsAny(h, "/:@ \t") {
+			return f.usageError("--public-host %q: expected a host name such as outbox.example.com (no scheme, port or path)", h)
+		}
 	}
 	if err := f.checkPositive("stalled-after", *stalledAfter); err != nil {
 		return err
@@ -76,9 +95,27 @@ func (a *app) ui(ctx context.Context, args []string) error {
 	if err != nil {
 		return f.usageError("--addr %q: expected host:port, such as 127.0.0.1:8080", *addr)
 	}
-	if token == "" && user == "" && !loopbackHost(host) {
+	if token == "" && user == "" && !console.LoopbackHost(host) {
 		return f.usageError("refusing to listen on %s without authentication: set %s (or %s and %s), or use a loopback address such as 127.0.0.1:8080",
 			*addr, envUIToken, envUIUser, envUIPassword)
+	}
+	if !console.LoopbackHost(host) {
+		secret, name := token, envUIToken
+		if user != "" {
+			secret, name = password, envUIPassword
+		}
+		if len(secret) < minUISecret {
+			return f.usageError("refusing to listen on %s with a %d-character %s: off loopback it must be at least %d characters (such as $(openssl rand -hex 16))",
+				*addr, len(secret), name, minUISecret)
+		}
+	}
+	var tlsConfig *tls.Config
+	if *tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return failf("ui: --tls-cert %s / --tls-key %s: %v", *tlsCert, *tlsKey, err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
 	pool, _, err := a.open(ctx, f, *dbURL)
@@ -88,13 +125,18 @@ func (a *app) ui(ctx context.Context, args []string) error {
 	defer pool.Close()
 	log := slog.New(slog.NewTextHandler(a.stderr, nil))
 	h, err := console.New(pool, console.Config{Table: a.table, Schema: a.schema, Prefix: *prefix, ReadOnly: *readOnly,
-		Token: token, BasicUser: user, BasicPassword: password, StalledAfter: *stalledAfter, Refresh: *refresh, Logger: log})
+		Token: token, BasicUser: user, BasicPassword: password, StalledAfter: *stalledAfter, Refresh: *refresh, Logger: log,
+		Hosts: *publicHosts})
 	if err != nil {
 		return failf("%v", err)
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return failf("ui: listen on %s: %v", *addr, err)
+	}
+	scheme := "http"
+	if tlsConfig != nil {
+		ln, scheme = tls.NewListener(ln, tlsConfig), "https"
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -111,7 +153,7 @@ func (a *app) ui(ctx context.Context, args []string) error {
 	case user != "":
 		auth = "basic auth from " + envUIUser + "/" + envUIPassword
 	}
-	fmt.Fprintf(a.stdout, "pgoutbox ui: console on http://%s%s/ (%s; %s); Ctrl-C stops it\n", ln.Addr(), *prefix, mode, auth)
+	fmt.Fprintf(a.stdout, "pgoutbox ui: console on %s://%s%s/ (%s; %s); Ctrl-C stops it\n", scheme, ln.Addr(), *prefix, mode, auth)
 	if a.metricsListening != nil { // tests: the address bound (--addr 127.0.0.1:0)
 		a.metricsListening(ln.Addr())
 	}
@@ -128,13 +170,6 @@ func (a *app) ui(ctx context.Context, args []string) error {
 	return nil
 }
 
-// loopbackHost reports whether host names only this machine: localhost, or
-// a loopback IP (127.0.0.0/8, ::1). An empty host (":8080") listens on every
-// interface and is not loopback.
-func loopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
-}
+// minUISecret is the shortest token or password the console accepts on an
+// address other than loopback.
+const minUISecret = 16

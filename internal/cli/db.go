@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/db"
@@ -56,6 +57,10 @@ func (a *app) resolveDatabase(f *flags, flagValue string) (*database, error) {
 	if !strings.Contains(d.raw, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
+	// Whatever the database or role sets (default_transaction_isolation,
+	// statement_timeout, lock_timeout, idle_in_transaction_session_timeout),
+	// every connection of every command gets what pgoutbox needs.
+	cfg.AfterConnect = dispatcher.PrepareSession
 	d.cfg = cfg
 	return d, nil
 }
@@ -88,6 +93,7 @@ func compactErr(msg string) string {
 
 // connect opens a pool and pings the server.
 func (a *app) connect(ctx context.Context, d *database) (*pgxpool.Pool, error) {
+	a.dbUser = d.cfg.ConnConfig.User
 	pool, err := pgxpool.NewWithConfig(ctx, d.cfg)
 	if err != nil {
 		return nil, failf("cannot reach PostgreSQL at %s: %s; check %s", d.redacted, a.secrets.Scrub(err.Error()), d.source)
@@ -129,12 +135,12 @@ func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		if errors.Is(err, dispatcher.ErrOutboxTable) {
 			return failf("%s", a.secrets.Scrub(err.Error()))
 		}
-		return failf("checking the schema: %s", a.secrets.Scrub(err.Error()))
+		return a.dbError("checking the schema", err)
 	}
 	versionTable := migrations.VersionTableFor(a.table, a.schema)
 	var own bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&own); err != nil {
-		return failf("checking the schema: %s", a.secrets.Scrub(err.Error()))
+		return a.dbError("checking the schema", err)
 	}
 	if !own {
 		return nil // applied with another goose history: the structure is what counts
@@ -151,7 +157,7 @@ func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		return failf("schema not migrated%s: run `pgoutbox migrate up`", detail)
 	}
-	return failf("checking the schema: %s", a.secrets.Scrub(err.Error()))
+	return a.dbError("checking the schema", err)
 }
 
 // open = resolve + connect + checkSchema: what every data command needs.
@@ -171,7 +177,61 @@ func (a *app) open(ctx context.Context, f *flags, flagValue string) (*pgxpool.Po
 	return pool, d, nil
 }
 
-// dbError wraps a query error for the user.
+// dbError wraps a query error for the user: what failed, then the server's
+// error as PostgreSQL gave it (without the library's own prefixes, which
+// repeat what), and for a missing privilege the grant that fixes it.
 func (a *app) dbError(what string, err error) error {
-	return failf("%s: %s", what, a.secrets.Scrub(fmt.Sprint(err)))
+	msg := fmt.Sprint(err)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		msg = pgErr.Error()
+		if pgErr.Code == "42501" { // insufficient_privilege
+			msg += "; " + a.grantHint(what, pgErr)
+		}
+	}
+	return failf("%s: %s", what, a.secrets.Scrub(msg))
+}
+
+// grantHint names the role that lacks a privilege and the grant a command
+// needs, for an error "permission denied for table ..." (SQLSTATE 42501).
+func (a *app) grantHint(what string, pgErr *pgconn.PgError) string {
+	table := a.tableName()
+	role := a.dbUser
+	if role == "" {
+		role = "the connecting role"
+	} else {
+		role = fmt.Sprintf("the role %q", role)
+	}
+	privs, group := "SELECT", "pgoutbox_relay"
+	switch {
+	case strings.HasPrefix(what, "enqueue"):
+		privs, group = "INSERT", "pgoutbox_producer"
+	case strings.HasPrefix(what, "dead retry"), strings.HasPrefix(what, "dead skip"):
+		privs, group = "SELECT, UPDATE", "pgoutbox_admin"
+	case strings.HasPrefix(what, "purge"):
+		privs, group = "SELECT, DELETE", "pgoutbox_admin"
+	case strings.HasPrefix(what, "checking the schema") && strings.Contains(pgErr.Message, "_migrations"):
+		versionTable := migrations.VersionTableFor(a.table, a.schema)
+		return fmt.Sprintf("%s needs SELECT on %s (every command reads the schema version): grant it a role of docs/roles.sql, or GRANT SELECT ON %s TO %s",
+			role, versionTable, versionTable, a.grantee())
+	}
+	return fmt.Sprintf("%s needs %s on %s for this: grant it the %s role of docs/roles.sql (GRANT %s TO %s), or GRANT %s ON %s TO %s",
+		role, privs, table, group, group, a.grantee(), privs, table, a.grantee())
+}
+
+// tableName is the command's table as the user named it: schema.table, or
+// the table alone (resolved through the search_path).
+func (a *app) tableName() string {
+	if a.schema != "" {
+		return a.schema + "." + a.table
+	}
+	return a.table
+}
+
+// grantee is the connecting role as a GRANT names it.
+func (a *app) grantee() string {
+	if a.dbUser == "" {
+		return "your_role"
+	}
+	return pgx.Identifier{a.dbUser}.Sanitize()
 }

@@ -316,6 +316,14 @@ func (a *app) deadBatch(ctx context.Context, pool *pgxpool.Pool, ids []int64, ve
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
 	q := a.queries(tx)
+	if verb == "skip" {
+		// Skipping a dead head hands its aggregate on, under the
+		// aggregate's lock: take every lock of the batch first, in the
+		// order producers' COMMITs take them, never one by one in id order.
+		if _, err := q.OutboxLockAggregatesOfIds(ctx, ids); err != nil {
+			return nil, nil, a.dbError("dead skip: lock the aggregates", err)
+		}
+	}
 	for _, id := range ids {
 		n, err := act(ctx, q, id, reason)
 		if err != nil {

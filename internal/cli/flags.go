@@ -86,10 +86,81 @@ func (f *flags) usage(w io.Writer) {
 	}
 }
 
-// usageError is a bad-usage exit (2) that prints the command's help after
-// the message.
+// usageError is a bad-usage exit (2): the message and where the help is,
+// a few lines at most (the whole help would bury the one line that matters).
 func (f *flags) usageError(format string, args ...any) error {
-	return &exitError{code: ExitUsage, msg: f.name + ": " + fmt.Sprintf(format, args...), usage: f.usage}
+	return &exitError{code: ExitUsage, msg: f.name + ": " + fmt.Sprintf(format, args...) + "\n" + f.seeHelp()}
+}
+
+// seeHelp is the line that closes every usage error of the command.
+func (f *flags) seeHelp() string {
+	return "See 'pgoutbox " + f.name + " --help'."
+}
+
+// unknownFlag is the usage error for a flag the command does not define:
+// the flag as typed (two dashes or one, with its =value cut off) and the
+// closest flag the command has, when one is close.
+func (f *flags) unknownFlag(name string, args []string) error {
+	typed := "--" + name
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); n == name && strings.HasPrefix(a, "-") {
+			typed, _, _ = strings.Cut(a, "=")
+			break
+		}
+	}
+	var names []string
+	f.VisitAll(func(fl *flag.Flag) { names = append(names, fl.Name) })
+	if best := closest(name, names); best != "" {
+		return f.usageError("unknown flag %s (did you mean --%s?)", typed, best)
+	}
+	return f.usageError("unknown flag %s", typed)
+}
+
+// closest returns the candidate nearest to s by edit distance (at most a
+// third of s's length, and at most 3), or "" when none is that close. A
+// candidate that s abbreviates counts as close too.
+func closest(s string, candidates []string) string {
+	best, bestD := "", min(3, max(1, len(s)/3))+1
+	for _, c := range candidates {
+		d := editDistance(s, c)
+		if len(s) >= 3 && strings.HasPrefix(c, s) {
+			d = min(d, 1)
+		}
+		if d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Damerau-Levenshtein distance (optimal string
+// alignment) of a and b: "bacth" is one transposition from "batch".
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range rb {
+		d[0][j+1] = j + 1
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
 }
 
 var negativeNumber = regexp.MustCompile(`^-[0-9]+$`)
@@ -114,6 +185,9 @@ func (a *app) parse(f *flags, args []string, maxPositional int) ([]string, error
 					args = append(append([]string{}, args[:i]...), args[i+1:]...)
 					continue
 				}
+			}
+			if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+				return nil, f.unknownFlag(name, args)
 			}
 			return nil, f.usageError("%s", cleanFlagError(err))
 		}
@@ -161,7 +235,6 @@ func cleanFlagError(err error) string {
 	msg := err.Error()
 	msg = strings.Replace(msg, "for flag -", "for flag --", 1)
 	msg = strings.Replace(msg, "flag needs an argument: -", "flag needs an argument: --", 1)
-	msg = strings.Replace(msg, "flag provided but not defined: -", "unknown flag: -", 1)
 	return msg
 }
 
@@ -288,12 +361,21 @@ func (v *intValue) Set(s string) error {
 	return nil
 }
 
-// listValue is a repeatable string flag.
-type listValue struct{ list *[]string }
+// listValue is a repeatable string flag; typ names its values in the help
+// (key=value unless set).
+type listValue struct {
+	list *[]string
+	typ  string
+}
 
 func (f *flags) list(name, usage string) *[]string {
+	return f.listOf(name, "key=value", usage)
+}
+
+// listOf is list with typ naming the values in the help ("host").
+func (f *flags) listOf(name, typ, usage string) *[]string {
 	var l []string
-	f.Var(&listValue{list: &l}, name, usage)
+	f.Var(&listValue{list: &l, typ: typ}, name, usage)
 	return &l
 }
 
@@ -304,7 +386,7 @@ func (v *listValue) String() string {
 	return strings.Join(*v.list, ",")
 }
 
-func (v *listValue) typeName() string { return "key=value" }
+func (v *listValue) typeName() string { return v.typ }
 
 func (v *listValue) Set(s string) error {
 	*v.list = append(*v.list, s)

@@ -16,7 +16,7 @@ import (
 // pool), and with Go's default GOGC of 100 the collector runs again each
 // time the program has allocated as much as is live: every 20 ms or so in a
 // drain, where it took a third of the relay's CPU, on the two cores the
-// database needed too (tuning log, entry 14). Unless GOGC is set in the
+// database needed too. Unless GOGC is set in the
 // environment, run lets the heap grow by at least relayHeapHeadroom between
 // collections: GOGC follows the live heap, measured after every collection,
 // as headroom / live (at least 100, Go's default, which holds from a live

@@ -35,23 +35,30 @@ schema if it does not exist.
 Migrations never take a goose version that is already used: they are numbered
 after the highest version in the target folder (numbered 00001_... or
 timestamped 20240101120000_..., keeping the width), or from --start-version.
-Two layouts, each with the goose command to apply it printed at the end:
-  - a folder of their own, DIR/migrations (the default), applied with
-    a version table of its own (pgoutbox_migrations for the table outbox,
-    NAME_migrations otherwise, as pgoutbox migrate --table uses):
-    goose -dir DIR/migrations -table NAME_migrations ...
-  - your application's goose folder (--migrations-dir db/migrations), numbered
-    after your latest migration and applied by your usual goose command and
-    version table.
+Two layouts, and init says which one it used:
+  - a folder of their own, DIR/migrations (the default, when it holds no
+    migrations of yours), applied under a version table of their own
+    (pgoutbox_migrations for the table outbox, NAME_migrations otherwise):
+    the history pgoutbox migrate up --table NAME keeps, so either applies them.
+    Your own sqlc package and goose history stay exactly as they are.
+  - your application's goose folder (--migrations-dir db/migrations, or --dir db
+    when db/migrations holds your migrations): numbered after your latest and
+    applied by your usual goose command and version table. An sqlc entry of
+    yours that reads that whole folder gains the table's model type.
+The queries go to DIR/queries, or to DIR/NAME/queries when DIR/queries holds
+queries of your own.
 Every copied file starts with a stamp (-- pgoutbox-migration: 00002_outbox_notify.sql)
-saying which pgoutbox migration it is; --upgrade reads the stamps and copies
-only the migrations that are new since, numbered after your latest, and
-rewrites DIR/queries.
+saying which pgoutbox migration it is; --upgrade reads the stamps, copies only
+the migrations that are new since, numbered after your latest, rewrites the
+queries, and says what changed in the sqlc entry (never a second entry).
 
-On stdout it prints the sqlc.yaml entry to add (paths relative to --sqlc-root):
-its schema is only the pgoutbox migrations, so the generated package holds no
-copies of your models, with the type overrides pgoutbox uses (interval ->
-time.Duration, timestamptz -> time.Time, sql_package pgx/v5).
+The sqlc.yaml entry (paths relative to --sqlc-root) generates a package of its
+own from the pgoutbox files only, so it holds no copies of your models, with
+the type overrides pgoutbox uses (interval -> time.Duration, timestamptz ->
+time.Time, sql_package pgx/v5). It is printed on stdout, or, with
+--sqlc-config sqlc.yaml, added to that file (its comments and layout kept).
+Then init prints the commands that follow, each to run as printed: sqlc
+generate, the goose command (for a folder of their own), the relay.
 
 NAME (and SCHEMA) must match ^[a-z_][a-z0-9_]{0,62}$, must not be a reserved SQL
 key word (PostgreSQL's reserved list: user, order, table, select, ...) nor start
@@ -61,9 +68,9 @@ Existing files are never overwritten unless --force.
 The dispatcher (Config.Table, Config.Schema) and every pgoutbox command
 (--table, --schema) work on the copied table.`
 
-const initExamples = `  pgoutbox init --table billing_outbox --dir internal/billing/outbox
+const initExamples = `  pgoutbox init --table hr_outbox --dir db/outbox --sqlc-config sqlc.yaml
+  pgoutbox init --table hr_outbox --dir db/outbox --sqlc-config sqlc.yaml --upgrade
   pgoutbox init --table hr_outbox --schema hr --dir db/outbox --migrations-dir db/migrations > sqlc.outbox.yaml
-  pgoutbox init --table hr_outbox --schema hr --dir db/outbox --migrations-dir db/migrations --upgrade
   pgoutbox init --table billing_outbox --dir ../svc/sql --sqlc-root ../svc --start-version 20250101000000`
 
 var (
@@ -87,6 +94,11 @@ type gooseFolder struct {
 	width       int
 	stamped     map[string]string // pgoutbox migration name -> file in the folder
 	copiedAs    map[string]string // file -> "table" or "schema.table" from init's header
+	// foreign counts the goose migrations that are not pgoutbox copies (the
+	// application's own); foreignLatest is the highest of them.
+	foreign       int
+	foreignLatest string
+	foreignV      int64
 }
 
 // readGooseFolder scans dir (a missing dir is empty). A .sql file without a
@@ -133,6 +145,7 @@ func readGooseFolder(dir, table string) (gooseFolder, error) {
 			g.highest, g.highestFile, g.width = v, name, len(m[1])
 		}
 		if m[2] != "sql" {
+			g.noteForeign(v, name)
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -150,6 +163,9 @@ func readGooseFolder(dir, table string) (gooseFolder, error) {
 				src = ""
 			}
 		}
+		if src == "" {
+			g.noteForeign(v, name)
+		}
 		if src != "" {
 			if prev, dup := g.stamped[src]; dup {
 				return g, fmt.Errorf("%s and %s are both copies of pgoutbox's %s; remove one", prev, name, src)
@@ -163,6 +179,13 @@ func readGooseFolder(dir, table string) (gooseFolder, error) {
 		}
 	}
 	return g, nil
+}
+
+func (g *gooseFolder) noteForeign(v int64, name string) {
+	g.foreign++
+	if v > g.foreignV || g.foreignLatest == "" {
+		g.foreignV, g.foreignLatest = v, name
+	}
 }
 
 func qualified(schema, table string) string {
@@ -179,9 +202,10 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	dir := f.String("dir", "", "directory to write queries/ (and, without --migrations-dir, migrations/) into (required)")
 	migDirFlag := f.String("migrations-dir", "", "goose folder to write the migrations into, e.g. your app's own (default: DIR/migrations)")
 	startVersion := f.int64("start-version", 0, "goose version of the first migration written (default: after the highest in the folder)")
-	upgrade := f.Bool("upgrade", false, "bring an earlier copy up to date: copy only the migrations its stamps do not list, rewrite DIR/queries")
-	pkg := f.String("package", "", "Go package name for the generated code in the printed sqlc entry (default: NAME without '_')")
+	upgrade := f.Bool("upgrade", false, "bring an earlier copy up to date: copy only the migrations its stamps do not list, rewrite the queries")
+	pkg := f.String("package", "", "Go package name for the generated code in the sqlc entry (default: NAME without '_')")
 	sqlcRoot := f.String("sqlc-root", ".", "directory of your sqlc.yaml: paths in the printed entry are relative to it")
+	sqlcConfig := f.String("sqlc-config", "", "your sqlc.yaml: add the entry to it (created when missing; with --upgrade, add the new files to the entry) instead of printing it")
 	force := f.Bool("force", false, "overwrite existing files")
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
@@ -205,11 +229,28 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	if !token.IsIdentifier(*pkg) || token.IsKeyword(*pkg) || strings.ToLower(*pkg) != *pkg {
 		return f.usageError("invalid Go package name %q: pass --package with a lower-case Go identifier (not a keyword)", *pkg)
 	}
+	if *sqlcConfig != "" {
+		if strings.HasSuffix(*sqlcConfig, ".json") {
+			return f.usageError("--sqlc-config %s: init edits YAML only; leave the flag out and add the printed entry to your JSON config", *sqlcConfig)
+		}
+		if f.visited("sqlc-root") && filepath.Clean(*sqlcRoot) != filepath.Dir(filepath.Clean(*sqlcConfig)) {
+			return f.usageError("--sqlc-root %s is not the folder of --sqlc-config %s: leave --sqlc-root out", *sqlcRoot, *sqlcConfig)
+		}
+		*sqlcRoot = filepath.Dir(*sqlcConfig)
+	}
 	migDir := cmp.Or(*migDirFlag, filepath.Join(*dir, "migrations"))
-	queryDir := filepath.Join(*dir, "queries")
-	ownFolder := *migDirFlag == "" || filepath.Clean(*migDirFlag) == filepath.Clean(filepath.Join(*dir, "migrations"))
-
 	folder, err := readGooseFolder(migDir, *table)
+	if err != nil {
+		return failf("init: %v", err)
+	}
+	// A folder of its own holds pgoutbox's migrations only, applied under
+	// their own version table. A folder that holds the application's
+	// migrations too (--dir db with db/migrations, or --migrations-dir) is
+	// the application's goose history: there the copies are numbered after
+	// the application's latest and applied by its own command.
+	defaultFolder := *migDirFlag == "" || filepath.Clean(*migDirFlag) == filepath.Clean(filepath.Join(*dir, "migrations"))
+	ownFolder := defaultFolder && folder.foreign == 0
+	queryDir, err := pickQueryDir(*dir, *table, r.Camel())
 	if err != nil {
 		return failf("init: %v", err)
 	}
@@ -274,7 +315,7 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 		return failf("init: %v", err)
 	}
 	sort.Slice(migNames, func(i, j int) bool { return versionOf(migNames[i]) < versionOf(migNames[j]) })
-	var schemaFiles []string // the pgoutbox migrations in migDir, for the sqlc entry
+	var schemaFiles, newFiles []string // the pgoutbox migrations in migDir, for the sqlc entry
 	for _, name := range migNames {
 		have, copied := folder.stamped[name]
 		if copied && *upgrade {
@@ -300,6 +341,7 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 		if !copied {
 			out = fmt.Sprintf("%0*d_%s%s.sql", folder.width, next, *table, suffix)
 			next++
+			newFiles = append(newFiles, out)
 		}
 		schemaFiles = append(schemaFiles, out)
 		files = append(files, file{path: filepath.Join(migDir, out), body: body})
@@ -329,7 +371,7 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 		case err == nil:
 			// --upgrade rewrites pgoutbox's query files: those init wrote
 			// before, or copied by hand (they hold this table's query names).
-			if *upgrade && strings.HasPrefix(fl.path, queryDir) && (copiedRe.Match(b) || bytes.Contains(b, []byte("-- name: "+r.Camel()))) {
+			if *upgrade && strings.HasPrefix(fl.path, queryDir) && isPgoutboxQueries(b, r.Camel()) {
 				continue
 			}
 			existing = append(existing, fl.path)
@@ -340,6 +382,61 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	if len(existing) > 0 && !*force {
 		return failf("init: refusing to overwrite existing files (pass --force to replace them): %s", strings.Join(existing, ", "))
 	}
+
+	relMig, err := relPath(*sqlcRoot, migDir)
+	if err != nil {
+		return failf("init: %v", err)
+	}
+	relQueries, err := relPath(*sqlcRoot, queryDir)
+	if err != nil {
+		return failf("init: %v", err)
+	}
+	relDir, err := relPath(*sqlcRoot, *dir)
+	if err != nil {
+		return failf("init: %v", err)
+	}
+	schemaEntry := " " + relMig
+	var schemaPaths, newPaths []string
+	for _, fl := range schemaFiles {
+		schemaPaths = append(schemaPaths, path.Join(relMig, fl))
+	}
+	for _, fl := range newFiles {
+		newPaths = append(newPaths, path.Join(relMig, fl))
+	}
+	if !ownFolder {
+		// Only pgoutbox's files of the shared folder: the generated package
+		// then holds no copies of the application's models.
+		var b strings.Builder
+		for _, p := range schemaPaths {
+			fmt.Fprintf(&b, "\n      - %s", p)
+		}
+		schemaEntry = b.String()
+	}
+	entry := sqlcEntry(schemaEntry, relQueries, *pkg, r.Qualified(), path.Join(relDir, *pkg))
+
+	// The sqlc config, edited before any file is written, so that a config
+	// init cannot edit leaves nothing half done.
+	var cfgBefore, cfgAfter string
+	var cfgAdded []string
+	if *sqlcConfig != "" {
+		b, err := os.ReadFile(*sqlcConfig)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && !*upgrade:
+			cfgAfter = entry
+		case err != nil:
+			return failf("init: --sqlc-config: %v", err)
+		case *upgrade:
+			cfgBefore = string(b)
+			cfgAfter, cfgAdded, err = sqlcAddSchemaFiles(cfgBefore, relQueries, schemaPaths)
+		default:
+			cfgBefore = string(b)
+			cfgAfter, err = sqlcAddItem(cfgBefore, entry[strings.Index(entry, "\nsql:\n")+len("\nsql:\n"):], relQueries)
+		}
+		if err != nil {
+			return failf("init: --sqlc-config %s: %v", *sqlcConfig, err)
+		}
+	}
+
 	for _, d := range []string{migDir, queryDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return failf("init: %v", err)
@@ -350,26 +447,11 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 			return failf("init: %v", err)
 		}
 	}
-
-	relDir, err := relPath(*sqlcRoot, *dir)
-	if err != nil {
-		return failf("init: %v", err)
-	}
-	relMig, err := relPath(*sqlcRoot, migDir)
-	if err != nil {
-		return failf("init: %v", err)
-	}
-	schemaEntry := " " + relMig
-	if !ownFolder {
-		// Only pgoutbox's files of the shared folder: the generated package
-		// then holds no copies of the application's models.
-		var b strings.Builder
-		for _, fl := range schemaFiles {
-			fmt.Fprintf(&b, "\n      - %s", path.Join(relMig, fl))
+	if *sqlcConfig != "" && cfgAfter != cfgBefore {
+		if err := os.WriteFile(*sqlcConfig, []byte(cfgAfter), 0o644); err != nil {
+			return failf("init: %v", err)
 		}
-		schemaEntry = b.String()
 	}
-	fmt.Fprint(a.stdout, sqlcEntry(schemaEntry, path.Join(relDir, "queries"), *pkg, r.Qualified(), path.Join(relDir, *pkg)))
 
 	if *upgrade {
 		fmt.Fprintf(a.stderr, "upgrade: %d new migration(s), %d query files rewritten, for table %s:\n", newMigrations, len(files)-newMigrations, r.Qualified())
@@ -379,30 +461,109 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	for _, fl := range files {
 		fmt.Fprintf(a.stderr, "  %s\n", fl.path)
 	}
-	gooseCmd := fmt.Sprintf(`goose -dir %s -table %s postgres "$DATABASE_URL" up`, migDir, migrations.VersionTableFor(*table, *schema))
-	if *schema != "" {
-		// goose creates its version table before the first migration runs.
-		gooseCmd = fmt.Sprintf("psql \"$DATABASE_URL\" -c 'CREATE SCHEMA IF NOT EXISTS %s'   # the version table lives in the schema\n       %s", *schema, gooseCmd)
+
+	// The sqlc entry: printed, written, or (on --upgrade) only what changed.
+	fmt.Fprintln(a.stderr)
+	switch {
+	case *sqlcConfig != "" && !*upgrade:
+		fmt.Fprintf(a.stderr, "%s: added the entry generating package %s into %s from %s and %s only.\n", *sqlcConfig, *pkg, path.Join(relDir, *pkg), relMig, relQueries)
+	case *sqlcConfig != "" && len(cfgAdded) > 0:
+		fmt.Fprintf(a.stderr, "%s: added %d file(s) to the schema list of the entry for %s: %s\n", *sqlcConfig, len(cfgAdded), relQueries, strings.Join(cfgAdded, ", "))
+	case *upgrade && ownFolder:
+		fmt.Fprintf(a.stderr, "sqlc.yaml: no change: the entry's schema is the folder %s, which now holds the new files.\n", relMig)
+	case *upgrade && len(newPaths) == 0:
+		fmt.Fprintln(a.stderr, "sqlc.yaml: no change: no new migration.")
+	case *upgrade && *sqlcConfig != "":
+		fmt.Fprintf(a.stderr, "%s: no change: the entry for %s already lists every file.\n", *sqlcConfig, relQueries)
+	case *upgrade:
+		for _, p := range newPaths {
+			fmt.Fprintf(a.stdout, "      - %s\n", p)
+		}
+		fmt.Fprintf(a.stderr, "sqlc.yaml: add the %d line(s) printed on stdout to the schema list of your entry for %s (the rest of the entry stays as it is).\n", len(newPaths), relQueries)
+	default:
+		fmt.Fprint(a.stdout, entry)
+		fmt.Fprintln(a.stderr, `sqlc.yaml: add the entry printed on stdout as an item under "sql:" (or pass --sqlc-config sqlc.yaml and init adds it).`)
 	}
-	how := "its own goose history (a version table of its own, never mixed with your app's)"
-	if !ownFolder {
-		gooseCmd = fmt.Sprintf(`goose -dir %s postgres "$DATABASE_URL" up   # or your usual migrator, with your version table`, migDir)
-		how = "your application's goose history (numbered after " + cmp.Or(folder.highestFile, "nothing: the folder was empty") + ")"
+	if !ownFolder && !*upgrade {
+		fmt.Fprintf(a.stderr, "note: an sqlc entry of yours whose schema is the folder %s now also sees the table %s: its package gains one type, the table's model %s (no query, no DBTX method). To keep your package as it is, list your own files in that entry's schema, or use a folder of their own (leave out --migrations-dir).\n",
+			relMig, r.Qualified(), r.Camel())
 	}
+
 	runFlags := "--table " + *table
 	if *schema != "" {
 		runFlags += " --schema " + *schema
 	}
-	fmt.Fprintf(a.stderr, `
-Next:
-  1. add the sql entry printed on stdout to your sqlc.yaml, then run: sqlc generate
-  2. apply %s, in %s:
-       %s
-  3. producers call %sEnqueue inside their business transaction; the trigger
-     %s_notify sends NOTIFY on the channel '%s' at COMMIT
-  4. relay: pgoutbox run %s ...   (or dispatcher.Config{Table: %q, Schema: %q})
-`, migDir, how, gooseCmd, r.Camel(), *table, *table, runFlags, *table, *schema)
+	fmt.Fprintln(a.stderr, "\nNext, in the folder of your sqlc.yaml, with DATABASE_URL set:")
+	fmt.Fprintln(a.stderr, "  $ sqlc generate")
+	if ownFolder {
+		gooseCmd := fmt.Sprintf(`goose -dir %s -table %s postgres "$DATABASE_URL" up`, relPathOr(*sqlcRoot, migDir), migrations.VersionTableFor(*table, *schema))
+		migrateCmd := "pgoutbox migrate up " + runFlags
+		if *schema != "" {
+			// goose creates its version table in the schema before the
+			// first migration runs; pgoutbox migrate creates the schema.
+			fmt.Fprintf(a.stderr, "  $ %s\n  $ %s   # or this alone: the same history (%s)\n", migrateCmd, gooseCmd, migrations.VersionTableFor(*table, *schema))
+		} else {
+			fmt.Fprintf(a.stderr, "  $ %s\n  $ %s   # or this alone: the same history (%s)\n", gooseCmd, migrateCmd, migrations.VersionTableFor(*table, *schema))
+		}
+	} else {
+		fmt.Fprintf(a.stderr, "  then apply %s as you apply your own migrations, with your goose command and version table: they are in your history, numbered after %s.\n",
+			relPathOr(*sqlcRoot, migDir), cmp.Or(folder.foreignLatest, folder.highestFile, "nothing (the folder was empty)"))
+	}
+	fmt.Fprintf(a.stderr, "  $ pgoutbox run %s --publisher stdout   # the relay; Ctrl-C stops it\n", runFlags)
+	fmt.Fprintf(a.stderr, "Producers call %sEnqueue (package %s) inside their business transaction; the trigger %s_notify wakes the relay at COMMIT.\nIn Go: dispatcher.Config{Table: %q, Schema: %q}.\n", r.Camel(), *pkg, *table, *table, *schema)
 	return nil
+}
+
+// isPgoutboxQueries reports whether a query file was copied from pgoutbox:
+// written by init, or copied by hand (it holds this table's query names).
+func isPgoutboxQueries(b []byte, camel string) bool {
+	return copiedRe.Match(b) || bytes.Contains(b, []byte("-- name: "+camel))
+}
+
+// pickQueryDir is DIR/queries, unless that folder holds queries of the
+// application's own (--dir db with db/queries): then DIR/TABLE/queries, so
+// that no sqlc entry reads both.
+func pickQueryDir(dir, table, camel string) (string, error) {
+	own := filepath.Join(dir, table, "queries")
+	if _, err := os.Stat(own); err == nil {
+		return own, nil
+	}
+	plain := filepath.Join(dir, "queries")
+	entries, err := os.ReadDir(plain)
+	if errors.Is(err, fs.ErrNotExist) {
+		return plain, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		if _, err := fs.Stat(queries.FS, e.Name()); err == nil {
+			continue // one of pgoutbox's files, perhaps edited
+		}
+		b, err := os.ReadFile(filepath.Join(plain, e.Name()))
+		if err != nil {
+			return "", err
+		}
+		if !isPgoutboxQueries(b, camel) {
+			return own, nil
+		}
+	}
+	return plain, nil
+}
+
+// relPathOr is dir relative to root (the folder the printed commands run
+// in), or dir as given when it is absolute or cannot be made relative.
+func relPathOr(root, dir string) string {
+	if filepath.IsAbs(dir) {
+		return dir
+	}
+	if rel, err := relPath(root, dir); err == nil {
+		return rel
+	}
+	return dir
 }
 
 // versionOf is the goose version of a migration file name.
@@ -434,6 +595,7 @@ func relPath(root, dir string) (string, error) {
 func sqlcEntry(schema, queries, pkg, table, out string) string {
 	return fmt.Sprintf(`# sqlc entry for the %[3]s outbox, written by pgoutbox init.
 # In an existing sqlc.yaml, add the list item under "sql:".
+# Needs sqlc 1.31.1 or later (older ones type the column txid as interface{}).
 version: "2"
 sql:
   - engine: postgresql

@@ -35,6 +35,18 @@ func (a *app) migrateUp(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeDB()
+	if fp, relation, ok, err := a.migratedElsewhere(ctx, pool, m.VersionTable()); err != nil {
+		return err
+	} else if ok {
+		// Applying the missing ones here would record them in a second
+		// history: the application's migrator would apply them again once
+		// they reach its folder.
+		if len(fp.missing) > 0 {
+			return failf("migrate up: %s", strings.TrimSpace(fp.describe(relation, m.VersionTable(), migrations.Latest())))
+		}
+		fmt.Fprintf(a.stdout, "already up to date: table %s has every migration of this build (%d), applied outside pgoutbox's version table %s; nothing to do\n", relation, migrations.Latest(), m.VersionTable())
+		return nil
+	}
 	if err := a.refuseSecondOutbox(ctx, pool, m.VersionTable()); err != nil {
 		return err
 	}
@@ -129,17 +141,32 @@ func (a *app) migrateDown(ctx context.Context, args []string) error {
 func (a *app) migrateStatus(ctx context.Context, args []string) error {
 	f := newFlags("migrate status", "pgoutbox migrate status [flags]",
 		"Shows the database's schema version and, per embedded migration file, whether it is\n"+
-			"applied (and when) or pending.",
+			"applied (and when) or pending. A table migrated another way (your application's goose\n"+
+			"history, or by hand) has no pgoutbox history to read: then it reads the table itself\n"+
+			"(the migrations' own columns, indexes, functions and triggers) and lists each migration\n"+
+			"as applied or missing.",
 		"  pgoutbox migrate status")
 	dbURL := f.databaseURL()
 	if _, err := a.parse(f, args, 0); err != nil {
 		return err
 	}
-	m, closeDB, err := a.migrator(ctx, f, *dbURL)
+	m, pool, closeDB, err := a.migratorPool(ctx, f, *dbURL)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
+	if fp, relation, ok, err := a.migratedElsewhere(ctx, pool, m.VersionTable()); err != nil {
+		return err
+	} else if ok {
+		fmt.Fprint(a.stdout, fp.describe(relation, m.VersionTable(), migrations.Latest()))
+		fmt.Fprintln(a.stdout)
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "STATE\tMIGRATION")
+		for _, n := range fp.names {
+			fmt.Fprintf(tw, "%s\t%s\n", fp.state[n], n)
+		}
+		return tw.Flush()
+	}
 	st, err := m.Status(ctx)
 	if err != nil {
 		return a.dbError("migrate status", err)
@@ -241,10 +268,37 @@ func (a *app) migrationFiles() (fs.FS, error) {
 	return out, nil
 }
 
-// refuseSecondOutbox stops `migrate up` from creating a second outbox: when
-// the table already exists without pgoutbox's version table (its migrations
-// were applied through another goose history, or by hand), or when it is
-// missing here but exists in another schema.
+// migratedElsewhere reports whether the table exists without pgoutbox's
+// version table (its migrations applied through another goose history, or by
+// hand), and then what its schema holds.
+func (a *app) migratedElsewhere(ctx context.Context, pool *pgxpool.Pool, versionTable string) (footprintStatus, string, bool, error) {
+	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	if err != nil {
+		return footprintStatus{}, "", false, err
+	}
+	var haveVersions bool
+	var relation string
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, coalesce(to_regclass($2)::text, '')", versionTable, r.Qualified()).Scan(&haveVersions, &relation); err != nil {
+		return footprintStatus{}, "", false, a.dbError("migrate", err)
+	}
+	if haveVersions || relation == "" {
+		return footprintStatus{}, "", false, nil
+	}
+	fsys, err := a.migrationFiles()
+	if err != nil {
+		return footprintStatus{}, "", false, failf("migrations: %v", err)
+	}
+	fp, err := readFootprint(ctx, pool, fsys, r.Qualified())
+	if err != nil {
+		return footprintStatus{}, "", false, a.dbError("migrate", err)
+	}
+	return fp, relation, true, nil
+}
+
+// refuseSecondOutbox stops `migrate up` from creating a second outbox when
+// the table is missing here but exists in another schema and no --schema was
+// given (with --schema, an outbox of the same name in another schema is a
+// second outbox on purpose).
 func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versionTable string) error {
 	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
 	if err != nil {
@@ -263,16 +317,9 @@ func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versio
 	if err != nil {
 		return a.dbError("migrate up", err)
 	}
-	flags := "--table " + r.Table()
-	if a.schema != "" {
-		flags += " --schema " + a.schema
-	}
-	if row.Relation != "" {
-		return failf("migrate up: table %s already exists, but pgoutbox's version table %s does not: its migrations were applied another way (your application's goose history, or by hand). "+
-			"Nothing to migrate here: `pgoutbox run %s` and the other commands check the table itself. For the migrations of a newer pgoutbox, run `pgoutbox init --upgrade` on your copy and apply it as before.",
-			row.Relation, versionTable, flags)
-	}
-	if len(row.Elsewhere) > 0 {
+	// A table found here without the version table is migratedElsewhere's
+	// case, handled before this check.
+	if row.Relation == "" && len(row.Elsewhere) > 0 && a.schema == "" {
 		return failf("migrate up: no table %s in the search_path (%s), but %s exists: pass --schema (and use the same on every command) instead of creating a second outbox",
 			r.Qualified(), row.SearchPath, strings.Join(row.Elsewhere, ", "))
 	}

@@ -184,7 +184,7 @@ func TestDead_ListPagesAndFilters(t *testing.T) {
 		t.Errorf("first row not as expected\n%s", r)
 	}
 	mustContain(t, r, "stdout", fmt.Sprintf("2 shown; next page: pgoutbox dead list --after-id %d --limit 2", paid[1]))
-	if strings.Contains(r.stdout, strconv.FormatInt(paid[2], 10)+" ") {
+	if strings.Contains(r.stdout, fmt.Sprintf("\n%d ", paid[2])) {
 		t.Errorf("page 1 shows a row of page 2\n%s", r)
 	}
 
@@ -284,8 +284,15 @@ func TestDead_AllMatchingNeedsConfirmation(t *testing.T) {
 		t.Fatalf("%d dead after the refusal, want 7", n)
 	}
 
-	// A terminal, answer no.
+	// Standard input a character device that ends at once (/dev/null, as
+	// under a job runner), no --yes: refused with the same advice, not read
+	// as a "no".
 	yes := true
+	r = call(t, invocation{env: d.env(), terminal: &yes, stdin: ""}, "dead", "retry", "--all-matching", "--event-type", "OrderPaid")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "pgoutbox: dead retry: refusing to retry 5 dead messages without confirmation: no answer on stdin (it ended); pass --yes to confirm")
+
+	// A terminal, answer no.
 	r = call(t, invocation{env: d.env(), terminal: &yes, stdin: "n\n"}, "dead", "retry", "--all-matching", "--event-type", "OrderPaid")
 	wantCode(t, r, ExitFailure)
 	mustContain(t, r, "stderr", "retry 5 dead messages? [y/N] ")

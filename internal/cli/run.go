@@ -171,7 +171,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	maxDeferAge := f.durationDays("max-defer-age", dispatcher.MaxDeferAgeDefault, "how long after created_at a message may keep being deferred before it goes to dead")
 	noListen := f.Bool("no-listen", false, "do not LISTEN for NOTIFY wake-ups, poll only (PgBouncer in transaction mode, when no direct connection is available for --listen-url)")
 	listenURL := f.String("listen-url", "", "PostgreSQL URL of the LISTEN connection, straight to the server when --database-url goes through PgBouncer in transaction mode (default: $"+envListenURL+", else --database-url)")
-	claimTimeout := f.duration("claim-timeout", dispatcher.ClaimTimeoutDefault, "bound on one claim statement; a claim that fails on one row or times out falls back to claiming without payloads and reading each message alone")
+	claimTimeout := f.duration("claim-timeout", dispatcher.ClaimTimeoutDefault, "bound on one claim statement; a claim that times out while the table is locked (DDL) goes on from where it was once the lock is gone; one that fails on one row or times out otherwise falls back to claiming without payloads and reading each message alone")
 	writeTimeout := f.duration("write-timeout", dispatcher.WriteTimeoutDefault, "bound on each attempt of a finalize, hand-back or lease extension (retried with backoff)")
 	reapGrace := f.duration("reap-grace", dispatcher.ReapGraceDefault, "how long after its lease expired a message with every attempt spent is left to its owner before it goes to dead")
 	statsInterval := f.duration("stats-interval", dispatcher.StatsIntervalDefault, "how often the queue gauges are read from the database")

@@ -13,10 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
 // statsReport is one reading of the monitoring queries (the --json shape).
 type statsReport struct {
+	Table               string             `json:"table"`
 	At                  time.Time          `json:"at"`
 	ByStatus            map[string]int64   `json:"by_status"`
 	OldestAgeSeconds    float64            `json:"oldest_undelivered_age_seconds"`
@@ -27,6 +29,39 @@ type statsReport struct {
 	Blocked             []blockedAggregate `json:"blocked_aggregates"`
 	BlockedTruncated    bool               `json:"blocked_aggregates_truncated"`
 	CommitWaits         commitWaits        `json:"ordered_commit_waits"`
+	Horizon             horizonReport      `json:"horizon"`
+	Moved               movedRows          `json:"moved_rows"`
+}
+
+// movedRows is OutboxPortability: what rows brought from another server
+// (a restore, a logical replication copy, triggers turned off) left for a
+// relay, or `pgoutbox repair`, to repair.
+type movedRows struct {
+	Unsequenced     int64 `json:"unsequenced_ordered"`
+	ForeignTxids    int64 `json:"foreign_txids"`
+	SequencesBehind int32 `json:"sequences_behind"`
+}
+
+// horizonReport is what pins the xmin horizon (OutboxHorizonHolders) and
+// the outbox table's dead row versions (OutboxDeadTuples).
+type horizonReport struct {
+	Holders            []horizonHolder `json:"holders"`
+	DeadTuples         int64           `json:"dead_tuples"`
+	LiveTuples         int64           `json:"live_tuples"`
+	VacuumedSecondsAgo float64         `json:"vacuumed_seconds_ago"`
+}
+
+type horizonHolder struct {
+	Kind           string     `json:"kind"`
+	PID            int32      `json:"pid"`
+	Role           string     `json:"role"`
+	Name           string     `json:"name"`
+	State          string     `json:"state"`
+	Since          *time.Time `json:"since"`
+	HeldSeconds    float64    `json:"held_seconds"`
+	XminAge        int64      `json:"xmin_age"`
+	CatalogXminAge int64      `json:"catalog_xmin_age"`
+	Query          string     `json:"query"`
 }
 
 type attemptsRow struct {
@@ -138,7 +173,7 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
 	q := a.queries(tx)
-	rep := &statsReport{At: a.now().UTC(), ByStatus: map[string]int64{}, StalledAfterSeconds: stalledAfter.Seconds(),
+	rep := &statsReport{Table: a.tableName(), At: a.now().UTC(), ByStatus: map[string]int64{}, StalledAfterSeconds: stalledAfter.Seconds(),
 		Attempts: []attemptsRow{}, Blocked: []blockedAggregate{}}
 	for _, s := range []string{"pending", "processing", "done", "dead"} {
 		rep.ByStatus[s] = 0
@@ -182,12 +217,25 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 		return nil, err
 	}
 	rep.CommitWaits = commitWaits{Waiting: cw.WaitingCommits, LongestWaitSeconds: cw.LongestWaitSeconds}
+	h, err := dispatcher.ReadHorizon(qctx, q, 5)
+	if err != nil {
+		return nil, err
+	}
+	rep.Horizon = horizonReport{Holders: []horizonHolder{}, DeadTuples: h.DeadTuples, LiveTuples: h.LiveTuples, VacuumedSecondsAgo: h.VacuumedSecondsAgo}
+	for _, x := range h.Holders {
+		rep.Horizon.Holders = append(rep.Horizon.Holders, horizonHolder(x))
+	}
+	mv, err := q.OutboxPortability(qctx, 100000)
+	if err != nil {
+		return nil, err
+	}
+	rep.Moved = movedRows{Unsequenced: mv.Unsequenced, ForeignTxids: mv.ForeignTxids, SequencesBehind: mv.SequencesBehind}
 	return rep, nil
 }
 
 func renderStats(w io.Writer, r *statsReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "outbox at %s\n\n", formatTime(r.At))
+	fmt.Fprintf(tw, "%s at %s\n\n", r.Table, formatTime(r.At))
 	fmt.Fprintln(tw, "STATUS\tCOUNT")
 	for _, s := range []string{"pending", "processing", "done", "dead"} {
 		fmt.Fprintf(tw, "%s\t%d\n", s, r.ByStatus[s])
@@ -241,4 +289,52 @@ func renderStats(w io.Writer, r *statsReport) {
 	fmt.Fprintf(tw, "  waiting commits:\t%d\n", r.CommitWaits.Waiting)
 	fmt.Fprintf(tw, "  longest wait:\t%s\n", humanAge(r.CommitWaits.LongestWaitSeconds))
 	_ = tw.Flush()
+
+	renderHorizon(w, r.Horizon)
+	if m := r.Moved; m.Unsequenced > 0 || m.ForeignTxids > 0 || m.SequencesBehind > 0 {
+		fmt.Fprint(w, "\nrows from another server (a running relay repairs them; or run `pgoutbox repair`)\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		if m.Unsequenced > 0 {
+			fmt.Fprintf(tw, "  %d ordered rows inserted with triggers off are not sequenced\t(never delivered until sequenced)\n", m.Unsequenced)
+		}
+		if m.ForeignTxids > 0 {
+			fmt.Fprintf(tw, "  %d pending rows carry a txid this server has not assigned\t(restored or replicated; never claimed until re-stamped)\n", m.ForeignTxids)
+		}
+		if m.SequencesBehind > 0 {
+			fmt.Fprintf(tw, "  %d sequences are behind the rows\t(new inserts collide on id or are ordered before older events)\n", m.SequencesBehind)
+		}
+		_ = tw.Flush()
+	}
+}
+
+// renderHorizon writes who holds the oldest snapshots: until they end,
+// vacuum cannot remove the row versions every claim and finalize leaves.
+func renderHorizon(w io.Writer, h horizonReport) {
+	fmt.Fprint(w, "\noldest snapshots (until they end, vacuum cannot remove the outbox's old row versions)\n")
+	if len(h.Holders) == 0 {
+		fmt.Fprint(w, "  none held\n")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  HOLDER\tPID\tROLE\tNAME\tSTATE\tHELD FOR\tXMIN AGE\tQUERY")
+		for _, x := range h.Holders {
+			pid, held, xminAge := "-", "-", fmt.Sprintf("%d tx", x.XminAge)
+			if x.PID != 0 {
+				pid = fmt.Sprint(x.PID)
+			}
+			if x.Since != nil {
+				held = humanAge(x.HeldSeconds)
+			}
+			if x.XminAge == 0 && x.CatalogXminAge > 0 {
+				xminAge = fmt.Sprintf("catalog only: %d tx", x.CatalogXminAge)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Kind, pid, cell(x.Role, 20), cell(x.Name, 30),
+				cell(x.State, 20), held, xminAge, textCell(x.Query, 50))
+		}
+		_ = tw.Flush()
+	}
+	vacuumed := "never vacuumed since the statistics were reset"
+	if h.VacuumedSecondsAgo >= 0 {
+		vacuumed = "last vacuumed " + humanAge(h.VacuumedSecondsAgo) + " ago"
+	}
+	fmt.Fprintf(w, "  outbox table: %d dead row versions, %d live (statistics, approximate); %s\n", h.DeadTuples, h.LiveTuples, vacuumed)
 }

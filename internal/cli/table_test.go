@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // Every command works on a table created under another name in a schema
@@ -67,13 +69,14 @@ func TestCommands_TableAndSchema(t *testing.T) {
 }
 
 // Migrations applied through the application's own goose history (no
-// pgoutbox_migrations): the commands accept the table (issue 13, item 3),
-// and `migrate up` refuses instead of failing on "relation already exists".
+// pgoutbox_migrations): the commands accept the table, migrate status reads
+// what the table has, and migrate up neither fails on "relation already
+// exists" nor refuses when there is nothing to do.
 func TestCommands_OutboxMigratedWithTheAppsGooseTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := newDB(t)
-	d.exec(t, "DROP TABLE outbox CASCADE; DROP TABLE pgoutbox_migrations; DROP FUNCTION IF EXISTS outbox_notify(), outbox_notify_throttled(), outbox_commit_order(), outbox_claimable_stamp(), outbox_head_handoff(), outbox_resolve_heads(integer)")
+	d.exec(t, dropOutboxSQL)
 	dir := filepath.Join(t.TempDir(), "migrations")
 	r := call(t, invocation{}, "init", "--table", "outbox", "--dir", filepath.Dir(dir), "--migrations-dir", dir)
 	wantCode(t, r, ExitOK)
@@ -97,11 +100,39 @@ func TestCommands_OutboxMigratedWithTheAppsGooseTable(t *testing.T) {
 	eventually(t, 30*time.Second, "the message to be done", func() bool { return d.status(t, id) == "done" })
 	wantCode(t, b.stop(t), ExitOK)
 
+	// migrate status tells the truth: every migration is there, recorded in
+	// the app's history, not pgoutbox's.
+	r = call(t, invocation{env: d.env()}, "migrate", "status")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "table outbox: migrated outside pgoutbox's version table pgoutbox_migrations (through your application's goose history, or by hand); goose version tables in this database: public.goose_db_version")
+	mustContain(t, r, "stdout", fmt.Sprintf("%d of this build's %d migrations present (this build: %d, up to date)", migrations.Latest(), migrations.Latest(), migrations.Latest()))
+	mustContain(t, r, "stdout", "applied  00001_outbox.sql\n")
+	if strings.Contains(r.stdout, "pending") || strings.Contains(r.stdout, "missing") {
+		t.Errorf("migrate status on a table migrated by the app:\n%s", r.stdout)
+	}
+	// ... and migrate up does not refuse: there is nothing to do.
 	r = call(t, invocation{env: d.env()}, "migrate", "up")
-	wantCode(t, r, ExitFailure)
-	mustContain(t, r, "stderr", "migrate up: table outbox already exists, but pgoutbox's version table pgoutbox_migrations does not")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "already up to date: table outbox has every migration of this build")
 	if strings.Contains(r.stderr, "already exists (SQLSTATE") {
 		t.Errorf("migrate up ran the migrations: %s", r)
+	}
+
+	// A table one migration behind (the app has not copied the newest):
+	// status names it, up says how to bring it in and applies nothing.
+	last := pgoutboxNames("00000", 1, "outbox")[len(pgoutboxNames("00000", 1, "outbox"))-1]
+	if _, err := p.Down(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r = call(t, invocation{env: d.env()}, "migrate", "status")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "missing  "+last+"\n")
+	mustContain(t, r, "stdout", "missing "+last+": copy them with `pgoutbox init --upgrade`")
+	r = call(t, invocation{env: d.env()}, "migrate", "up")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "missing "+last)
+	if r.stdout != "" {
+		t.Errorf("migrate up applied something: %s", r.stdout)
 	}
 	_ = dispatcher.TableDefault
 }

@@ -19,10 +19,16 @@ func (a *app) confirm(f *flags, question string) error {
 		return failf("%s: refusing to %s without confirmation: stdin is not a terminal; pass --yes to confirm", f.name, question)
 	}
 	fmt.Fprintf(a.stderr, "%s? [y/N] ", question)
-	line, _ := bufio.NewReader(a.stdin).ReadString('\n')
+	line, err := bufio.NewReader(a.stdin).ReadString('\n')
 	switch strings.ToLower(strings.TrimSpace(line)) {
 	case "y", "yes":
 		return nil
+	}
+	if err != nil && strings.TrimSpace(line) == "" {
+		// No answer at all: stdin ended (/dev/null, a closed pipe, a job
+		// runner's terminal-like device that gives nothing).
+		fmt.Fprintln(a.stderr)
+		return failf("%s: refusing to %s without confirmation: no answer on stdin (it ended); pass --yes to confirm", f.name, question)
 	}
 	return failf("%s: not confirmed; nothing changed", f.name)
 }

@@ -42,6 +42,7 @@ func TestUsage_UnknownCommandOrMissingSubcommandExits2(t *testing.T) {
 	}{
 		{nil, "no command given"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"stat"}, `unknown command "stat" (did you mean "stats"?)`},
 		{[]string{"migrate"}, "migrate: missing command"},
 		{[]string{"migrate", "sideways"}, `migrate: unknown command "sideways"`},
 		{[]string{"dead", "resurrect"}, `dead: unknown command "resurrect"`},
@@ -49,7 +50,7 @@ func TestUsage_UnknownCommandOrMissingSubcommandExits2(t *testing.T) {
 		r := call(t, invocation{}, tc.args...)
 		wantCode(t, r, ExitUsage)
 		mustContain(t, r, "stderr", tc.want)
-		mustContain(t, r, "stderr", "Usage: pgoutbox")
+		mustContain(t, r, "stderr", "pgoutbox")
 		if r.stdout != "" {
 			t.Errorf("%v: stdout not empty: %q", tc.args, r.stdout)
 		}
@@ -92,7 +93,10 @@ func TestUsage_BadFlagValuesSayWhichFlagAndWhatIsExpected(t *testing.T) {
 		{"bad unavailable status", "run --publisher http --http-url http://x --http-unavailable-status 503,200", `invalid --http-unavailable-status "503,200": "200" is not an HTTP status within 400-599`},
 		{"negative breaker threshold", "run --publisher stdout --breaker-threshold -1", "--breaker-threshold must be at least 0, got -1"},
 		{"breaker probe above its max", "run --publisher stdout --breaker-probe 1m --breaker-probe-max 10s", "--breaker-probe-max (10s) must be at least --breaker-probe (1m0s)"},
-		{"unknown flag", "run --publisher stdout --turbo", "unknown flag: -turbo"},
+		{"unknown flag", "run --publisher stdout --turbo", "unknown flag --turbo\n"},
+		{"misspelt flag", "run --publisher stdout --bacth 10", "unknown flag --bacth (did you mean --batch?)"},
+		{"misspelt flag, one dash, with value", "run --publisher stdout -bacth=10", "unknown flag -bacth (did you mean --batch?)"},
+		{"abbreviated flag", "purge --older 7d", "unknown flag --older (did you mean --older-than?)"},
 		{"positional to run", "run --publisher stdout now", `unexpected argument "now"`},
 		{"purge without older-than", "purge", "--older-than is required"},
 		{"purge duration without unit", "purge --older-than 7", `invalid value "7" for flag --older-than: expected a duration with a unit, such as 36h, 7d or 1d12h`},
@@ -109,7 +113,7 @@ func TestUsage_BadFlagValuesSayWhichFlagAndWhatIsExpected(t *testing.T) {
 		{"enqueue missing event type", "enqueue --aggregate-type a --aggregate-id 1 --payload {}", "--event-type is required"},
 		{"enqueue bad header", "enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {} --header novalue", `invalid --header "novalue": expected name=value`},
 		{"enqueue bad time", "enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {} --available-at tomorrow", `invalid --available-at "tomorrow": expected an RFC 3339 time`},
-		{"migrate down to", "migrate down --to 99", "--to must be between 0 and 7, got 99"},
+		{"migrate down to", "migrate down --to 99", "--to must be between 0 and 8, got 99"},
 		{"init without table", "init --dir x", "--table is required"},
 		{"init reserved word", "init --table user --dir x", `invalid --table "user": it is a reserved SQL key word`},
 		{"init bad characters", "init --table Billing-Outbox --dir x", `invalid --table "Billing-Outbox": use 1-63 characters among lower-case letters, digits and '_'`},
@@ -121,7 +125,15 @@ func TestUsage_BadFlagValuesSayWhichFlagAndWhatIsExpected(t *testing.T) {
 			r := call(t, invocation{env: env}, strings.Fields(tc.args)...)
 			wantCode(t, r, ExitUsage)
 			mustContain(t, r, "stderr", tc.want)
-			mustContain(t, r, "stderr", "Usage: pgoutbox")
+			cmd := strings.Join(strings.Fields(tc.args)[:1], "")
+			if f := strings.Fields(tc.args); len(f) > 1 && (f[0] == "dead" || f[0] == "migrate") {
+				cmd = f[0] + " " + f[1]
+			}
+			mustContain(t, r, "stderr", "See 'pgoutbox "+cmd+" --help'.")
+			// A few lines, not the command's whole help burying the error.
+			if n := strings.Count(r.stderr, "\n"); n > 3 {
+				t.Errorf("usage error is %d lines, want at most 3:\n%s", n, r.stderr)
+			}
 			if strings.Contains(r.stderr, "cannot reach PostgreSQL") {
 				t.Errorf("the database was contacted before the flags were validated:\n%s", r)
 			}

@@ -3,8 +3,7 @@
 // `go mod tidy` against this checkout (through a replace directive) and the
 // test reads the go.mod that results (`go mod edit -json`).
 //
-// The figures are in the README ("Versions and dependencies"); run with -v to
-// print them.
+// The figures are in docs/dependencies.md; run with -v to print them.
 package importtest
 
 import (

@@ -31,6 +31,11 @@ type Options struct {
 	// Settings are extra server settings (-c name=value), e.g. fsync=off for
 	// tests. Defaults to none.
 	Settings map[string]string
+	// XidEpoch, when positive, sets the epoch of the cluster's transaction
+	// ids before its first start (pg_resetwal -e), so that its txids are
+	// those of a long-lived server (2^32 and more) from the first
+	// transaction on. Defaults to 0.
+	XidEpoch uint32
 	// Log receives nothing; the server log stays in Dir()/server.log.
 }
 
@@ -126,6 +131,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		"--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgcluster: initdb: %w\n%s", err, out)
+	}
+	if opts.XidEpoch > 0 {
+		if out, err := c.run(ctx, "pg_resetwal", "-e", strconv.FormatUint(uint64(opts.XidEpoch), 10), "-D", c.data); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pgcluster: pg_resetwal: %w\n%s", err, out)
+		}
 	}
 	if err := c.start(ctx); err != nil {
 		os.RemoveAll(dir)

@@ -70,6 +70,14 @@ func (r Rename) ident(w string) string {
 	return w
 }
 
+// derived reports a name the rename applies to: outbox, outbox_*, OutboxX.
+// With the default table name ident leaves it as it is, but a schema still
+// qualifies it.
+func derived(w string) bool {
+	lw := strings.ToLower(w)
+	return lw == "outbox" || strings.HasPrefix(lw, "outbox_") || isQueryName(w)
+}
+
 // commentIdent renames identifiers mentioned in comments (query names such
 // as OutboxClaim in "-- name: OutboxClaim :many", index and trigger names),
 // but keeps the plain word "outbox" of the prose.
@@ -137,7 +145,7 @@ type strCtx struct {
 // objectCallees take a relation or function name as their first argument.
 var objectCallees = map[string]bool{
 	"nextval": true, "setval": true, "currval": true, "to_regclass": true, "to_regproc": true,
-	"to_regprocedure": true, "pg_get_serial_sequence": true,
+	"to_regprocedure": true, "pg_get_serial_sequence": true, "pg_sequence_last_value": true, "outbox_sequence_next": true,
 }
 
 // searchedAfter reports whether an identifier that follows the code words
@@ -341,7 +349,7 @@ func (r Rename) SQL(src string) (string, []string) {
 	}
 	code := func(w string, ctx identCtx) string {
 		out := plain(w)
-		if out == w || r.schema == "" || ctx.afterDot {
+		if !derived(w) || r.schema == "" || ctx.afterDot {
 			return out
 		}
 		// The table itself, functions and sequences derived from it, and
@@ -363,7 +371,7 @@ func (r Rename) SQL(src string) (string, []string) {
 		// 'outbox_seq' in nextval(...), 'outbox'::regclass: an object
 		// name PostgreSQL resolves through the search_path. A NOTIFY channel
 		// or a setting name ('outbox.wake_queued') stays as it is.
-		if ctx.object && r.schema != "" && out != s && plainIdent.MatchString(s) {
+		if ctx.object && r.schema != "" && derived(s) && plainIdent.MatchString(s) {
 			return r.schema + "." + out
 		}
 		return out

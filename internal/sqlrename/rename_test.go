@@ -131,3 +131,30 @@ SELECT pg_notify('hr_outbox', ''), 'hr_outbox';`
 		t.Errorf("rename without schema: %s", got)
 	}
 }
+
+// The default table name in a schema is qualified like any other name:
+// `--schema billing` with the table outbox acts on billing.outbox, never on
+// the outbox the search_path finds first.
+func TestRename_SchemaQualifiesTheDefaultTableName(t *testing.T) {
+	t.Parallel()
+	r, err := New("outbox", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Identity() {
+		t.Fatal("outbox in schema billing reported as the identity rename")
+	}
+	in := `CREATE TABLE outbox (id bigint);
+CREATE INDEX outbox_pending ON outbox (id);
+CREATE SEQUENCE outbox_seq AS bigint;
+UPDATE outbox SET seq = nextval('outbox_seq') WHERE outbox.id = 1;
+SELECT outbox_resolve_heads(1), 'outbox'::regclass, current_setting('outbox.seq_from', true), pg_notify('outbox', '');`
+	want := `CREATE TABLE billing.outbox (id bigint);
+CREATE INDEX outbox_pending ON billing.outbox (id);
+CREATE SEQUENCE billing.outbox_seq AS bigint;
+UPDATE billing.outbox SET seq = nextval('billing.outbox_seq') WHERE outbox.id = 1;
+SELECT billing.outbox_resolve_heads(1), 'billing.outbox'::regclass, current_setting('outbox.seq_from', true), pg_notify('outbox', '');`
+	if got, _ := r.SQL(in); got != want {
+		t.Errorf("rename:\n got: %s\nwant: %s", got, want)
+	}
+}

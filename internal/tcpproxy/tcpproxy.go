@@ -71,6 +71,15 @@ func New(target string, logf func(format string, args ...any)) (*Proxy, error) {
 // Addr is the proxy's listen address, host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
+// Retarget makes connections accepted from now on go to target (a server
+// moved: a DNS name or virtual IP pointed elsewhere). Open connections
+// stay with the old target; Down resets them.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // Down resets every open connection and refuses new ones until Up.
 func (p *Proxy) Down() {
 	p.mu.Lock()
@@ -172,9 +181,12 @@ func (p *Proxy) acceptLoop() {
 
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
-		p.logf("tcpproxy: dial %s: %v", p.target, err)
+		p.logf("tcpproxy: dial %s: %v", target, err)
 		reset(client)
 		return
 	}

@@ -18,7 +18,7 @@ const ProduceTimeoutDefault = 10 * time.Second
 
 // Config configures a Publisher.
 type Config struct {
-	// Brokers are the seed brokers, "host:port". Required.
+	// Brokers are the bootstrap brokers, "host:port". Required.
 	Brokers []string
 	// Topic receives every message, or the messages for which TopicTemplate
 	// renders an empty string. It must be a valid Kafka topic name (1-249

@@ -31,12 +31,13 @@
 // secret (Config.Secret, then Config.PreviousSecrets while rotating):
 //
 //	v1,<base64 HMAC-SHA256(key, webhook-id + "." + webhook-timestamp + "." + body)>
-//	v1ce,<base64 HMAC-SHA256(key, webhook-id + "." + webhook-timestamp + "." +
+//	v1ce,<base64 HMAC-SHA256(ce-key, webhook-id + "." + webhook-timestamp + "." +
 //	      ce-specversion + "\n" + ce-id + "\n" + ce-source + "\n" +
 //	      ce-type + "\n" + ce-subject + "\n" + ce-time + "\n" + body)>
 //
 // The key is the base64-decoded part of a "whsec_" secret, or the secret's
-// bytes as they are. v1 is what every Standard Webhooks library verifies; v1ce
+// bytes as they are; ce-key is HMAC-SHA256(key, "pgoutbox webhook v1ce"), so
+// that a v1ce entry relabelled v1 verifies nothing. v1 is what every Standard Webhooks library verifies; v1ce
 // is pgoutbox's companion, ignored by those libraries, that also covers the
 // CloudEvents headers (header values as sent, percent-encoded), because in
 // binary content mode the event's type and subject travel outside the body.

@@ -26,10 +26,25 @@ const (
 	// HMAC-SHA256 over id.timestamp.body.
 	schemeV1 = "v1"
 	// schemeV1CE is pgoutbox's companion signature that also covers the
-	// CloudEvents headers (see signedAttributes). Standard Webhooks
-	// libraries skip versions they do not know.
+	// CloudEvents headers (see signedAttributes), under a key of its own
+	// (ceKey). Standard Webhooks libraries skip versions they do not know.
 	schemeV1CE = "v1ce"
 )
+
+// ceKeyLabel derives the v1ce key from the secret's key: ceKey(key) =
+// HMAC-SHA256(key, ceKeyLabel). With the same key for both, a v1ce digest
+// (over id.timestamp.attributes body) relabelled "v1" would verify, for a
+// receiver that checks only v1, a request whose body is the attributes
+// followed by the original body. Under a key of its own a v1ce digest is
+// never a v1 digest of anything.
+const ceKeyLabel = "pgoutbox webhook v1ce"
+
+// ceKey returns the v1ce key of a secret's key (see ceKeyLabel).
+func ceKey(key []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(ceKeyLabel))
+	return h.Sum(nil)
+}
 
 // Errors returned by Verify; test them with errors.Is.
 var (
@@ -78,7 +93,8 @@ func Sign(secret, id, timestamp string, body []byte) (string, error) {
 }
 
 // mac is HMAC-SHA256 over id.timestamp.[attrs]body: attrs is empty for v1
-// and signedAttributes (ending in a newline) for v1ce.
+// and signedAttributes (ending in a newline) for v1ce, whose key is
+// ceKey(key).
 func mac(key []byte, id, timestamp, attrs string, body []byte) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte(id))
@@ -115,7 +131,7 @@ func signatures(keys [][]byte, id, timestamp string, h http.Header, body []byte)
 	for _, key := range keys {
 		parts = append(parts,
 			schemeV1+","+base64.StdEncoding.EncodeToString(mac(key, id, timestamp, "", body)),
-			schemeV1CE+","+base64.StdEncoding.EncodeToString(mac(key, id, timestamp, attrs, body)))
+			schemeV1CE+","+base64.StdEncoding.EncodeToString(mac(ceKey(key), id, timestamp, attrs, body)))
 	}
 	return strings.Join(parts, " ")
 }
@@ -131,7 +147,7 @@ func signatures(keys [][]byte, id, timestamp string, h http.Header, body []byte)
 //     secret is rotated) holds a v1 signature of id.timestamp.body under
 //     secret (the Standard Webhooks check), and
 //   - it holds a v1ce signature of id.timestamp.attributes body under
-//     secret, which also covers ce-specversion, ce-id, ce-source, ce-type,
+//     the key derived from secret for v1ce (see ceKeyLabel), which also covers ce-specversion, ce-id, ce-source, ce-type,
 //     ce-subject and ce-time, so that a replay with another ce-id or ce-type
 //     does not verify either.
 //
@@ -162,7 +178,7 @@ func Verify(secret string, header http.Header, body []byte, now time.Time, toler
 			sent.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), tolerance)
 	}
 	wantV1 := mac(key, id, timestamp, "", body)
-	wantCE := mac(key, id, timestamp, signedAttributes(header), body)
+	wantCE := mac(ceKey(key), id, timestamp, signedAttributes(header), body)
 	var seenV1, seenCE, okV1, okCE bool
 	for field := range strings.FieldsSeq(header.Get(HeaderSignature)) {
 		version, digest, found := strings.Cut(field, ",")

@@ -224,7 +224,7 @@ func TestPublish_SignsTheDocumentedExample(t *testing.T) {
 	for name, want := range map[string]string{
 		HeaderID:        "75da0dad8c346ed92e3988b3ff910557-41",
 		HeaderTimestamp: "1800000000",
-		HeaderSignature: "v1,78fuQQco0pu/fuXEVOnuL0edzpoPc+Xdh7LS4ZJj6oY= v1ce,f7kRHCD+Z1PCdmfUXOvdKByOswskjsHipi0CJEZ2WYc=",
+		HeaderSignature: "v1,78fuQQco0pu/fuXEVOnuL0edzpoPc+Xdh7LS4ZJj6oY= v1ce,6iUB87rrqvBdVLGZTgHds4X6bhxcS9k6tpPLX7ZiqtE=",
 	} {
 		if got := h.Get(name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
@@ -232,5 +232,34 @@ func TestPublish_SignsTheDocumentedExample(t *testing.T) {
 	}
 	if err := Verify("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", h, msg.Payload, time.Unix(1_800_000_060, 0), 0); err != nil {
 		t.Errorf("Verify: %v", err)
+	}
+}
+
+// A v1ce entry relabelled v1 must not verify anything for a receiver that
+// checks only v1 (every Standard Webhooks library): with one key for both,
+// the v1ce digest of (id, timestamp, attributes + body) is the v1 digest of
+// a request whose body is the attributes followed by the original body.
+func TestVerify_V1CEDigestRelabelledV1DoesNotVerify(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	body := []byte(`{"order_id":"o-1"}`)
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	h := signedHeader(t, []string{secret}, now, body)
+	var ceDigest string
+	for field := range strings.FieldsSeq(h.Get(HeaderSignature)) {
+		if v, d, _ := strings.Cut(field, ","); v == schemeV1CE {
+			ceDigest = d
+		}
+	}
+	if ceDigest == "" {
+		t.Fatalf("no v1ce entry in %q", h.Get(HeaderSignature))
+	}
+	forged := append([]byte(signedAttributes(h)), body...)
+	v1Only, err := Sign(secret, h.Get(HeaderID), h.Get(HeaderTimestamp), forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1Only == schemeV1+","+ceDigest {
+		t.Fatalf("the v1ce digest relabelled v1 is the v1 signature of the body %q: a v1-only receiver accepts it", forged)
 	}
 }

@@ -26,7 +26,7 @@ type drainSetup struct {
 }
 
 // outboxSetup is the configuration the drain and RSS items use: the
-// settled result of the sweeps (see the tuning log in BENCHMARKS.md).
+// settled result of the sweeps (see bench/tuning-log.md).
 func outboxSetup() drainSetup {
 	return drainSetup{
 		cfg: dispatcher.Config{

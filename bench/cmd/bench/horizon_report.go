@@ -61,7 +61,7 @@ func (r *results) horizonGoalNote() string {
 		parts = append(parts, fmt.Sprintf("%s p99 %s (%.0f×), backlog up to %s, %s/s delivered in the hold's last 30 s",
 			h.Variant.Label[:3], dur(w.P99), h.Ratio(), kfmt(float64(w.Backlog)), kfmt(l.Delivered)))
 	}
-	note := fmt.Sprintf("**Pinned horizon (section 7)**: with the long transaction open, %s, against %s/s offered. In `make bench` the horizon runs after items that wrote millions of rows to the same cluster (their autovacuum and checkpoints run during it), and one slow 5 s bucket decides a short hold's p99. The horizon item alone with the goal's 10-minute hold, after the open-lane fix (tuning log, entry 13: `go run ./cmd/bench -only horizon -horizon-variants unordered,ordered,writer -horizon-hold 10m`): (a) 1.08×, (b) 1.24×, (c) 1.05×, backlog at most 20.",
+	note := fmt.Sprintf("**Pinned horizon (section 7)**: with the long transaction open, %s, against %s/s offered. In `make bench` the horizon runs after items that wrote millions of rows to the same cluster (their autovacuum and checkpoints run during it), and one slow 5 s bucket decides a short hold's p99. The horizon item alone with the goal's 10-minute hold, after the open-lane fix (`go run ./cmd/bench -only horizon -horizon-variants unordered,ordered,writer -horizon-hold 10m`): (a) 1.08×, (b) 1.24×, (c) 1.05×, backlog at most 20.",
 		strings.Join(parts, "; "), kfmt(r.Horizon[0].Rate))
 	if river != nil {
 		note += fmt.Sprintf(" River under the same snapshot: p99 %s (%.1f× its baseline), backlog up to %s.", dur(river.window("held").P99), river.Ratio(), kfmt(float64(river.window("held").Backlog)))
@@ -74,7 +74,7 @@ func (r *results) writeHorizonSections(p func(string, ...any), charts map[string
 		h0 := r.Horizon[0]
 		p("## 7. Pinned horizon: a long transaction open next to the queue")
 		p("")
-		p("What the nightly `pg_dump`, an analytics query or a reporting job does to a queue (issue 14). %d producer goroutines commit %s events/s in %d-event transactions on a fixed schedule; one relay delivers them. After a %s baseline one long transaction opens in the same database and stays open for %s, then ends; an after window of %s follows and the producers stop. The long transaction is either a `REPEATABLE READ READ ONLY` transaction that reads the queue table once (`SELECT count(*)`: pg_dump's snapshot) or an idle-in-transaction writer, a transaction that took an xid by inserting into an unrelated table. Either keeps every row version that changes after it began from being removed, and the claims' index scans from marking them dead.",
+		p("What the nightly `pg_dump`, an analytics query or a reporting job does to a queue. %d producer goroutines commit %s events/s in %d-event transactions on a fixed schedule; one relay delivers them. After a %s baseline one long transaction opens in the same database and stays open for %s, then ends; an after window of %s follows and the producers stop. The long transaction is either a `REPEATABLE READ READ ONLY` transaction that reads the queue table once (`SELECT count(*)`: pg_dump's snapshot) or an idle-in-transaction writer, a transaction that took an xid by inserting into an unrelated table. Either keeps every row version that changes after it began from being removed, and the claims' index scans from marking them dead.",
 			horizonProducers, kfmt(h0.Rate), h0.PerTx, h0.Baseline, h0.Hold, h0.After)
 		p("")
 		p("- Latency: end to end, from the producer's `COMMIT` returning to `Publish` (pgoutbox) or `Work` (River) being called for that event, on one monotonic clock; each event counts in the 5 s bucket and the window of its commit. An event still undelivered %s after the producers stopped counts with its latency so far (*censored*).", horizonDrainWait)
@@ -83,7 +83,7 @@ func (r *results) writeHorizonSections(p func(string, ...any), charts map[string
 		if h0.Hold >= horizonHoldFull {
 			held = fmt.Sprintf("This run held for %s, the goal's duration.", h0.Hold)
 		}
-		p("- Goal (issue 14): at 2,000 events/s with the long transaction held for **10 minutes**, p99 ≤ %.0f× the baseline's and the backlog below one second of traffic, for unordered and ordered events, with a snapshot and with an idle-in-transaction writer. %s", horizonP99Factor, held)
+		p("- Goal: at 2,000 events/s with the long transaction held for **10 minutes**, p99 ≤ %.0f× the baseline's and the backlog below one second of traffic, for unordered and ordered events, with a snapshot and with an idle-in-transaction writer. %s", horizonP99Factor, held)
 		p("- The machine is shared (see above): a single bucket can spike when another process takes the CPU; the trend over the hold is what the item shows.")
 		p("")
 		for _, h := range r.Horizon {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	_ "embed"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,12 +9,6 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/bench/internal/chart"
 )
-
-// tuningLog is the hand-written record of every tuning change and what it
-// measured, kept next to the code and copied into BENCHMARKS.md verbatim.
-//
-//go:embed tuning.md
-var tuningLog string
 
 const chartDir = "docs/bench"
 
@@ -129,7 +122,7 @@ func (r *results) goalNotes() []string {
 			notes = append(notes, fmt.Sprintf("Claim latency: %s. The ready branch's plan with no done rows: %s; with 1,000,000: %s (section 3).",
 				g.measured, r.ClaimCost[0].Plan, r.ClaimCost[len(r.ClaimCost)-1].Plan))
 		default:
-			notes = append(notes, fmt.Sprintf("%s: %s (target %s); see its section below and the tuning log.", g.name, g.measured, g.target))
+			notes = append(notes, fmt.Sprintf("%s: %s (target %s); see its section below.", g.name, g.measured, g.target))
 		}
 	}
 	return notes
@@ -368,8 +361,8 @@ func writeReport(out string, r *results) error {
 		if r.CeilingDetail != "" {
 			p("- By client count (%s fresh pending rows each, `VACUUM ANALYZE`, `CHECKPOINT` before each run): %s.", kfmt(float64(r.CeilingRows)), r.CeilingDetail)
 		}
-		p("- Until issue 15's last step the ceiling ran `OutboxClaim` with its ids aggregated on the server (`\\gset`, no message leaving it) and `OutboxMarkDoneMany`: cheaper than the dispatcher's statements can be, since no row is converted and sent. It is the claim-only figure in the list above.")
-		p("- Why the dispatcher stays below it: pgbench's clients do nothing but the statements, so the server gets both cores; the dispatcher process itself needs a share of them (decoding rows, handing messages to publish goroutines, timers, GC: see the tuning log, entry 14), and one dispatcher runs one claim at a time where two pgbench clients run two.")
+		p("- Earlier versions of the ceiling ran `OutboxClaim` with its ids aggregated on the server (`\\gset`, no message leaving it) and `OutboxMarkDoneMany`: cheaper than the dispatcher's statements can be, since no row is converted and sent. It is the claim-only figure in the list above.")
+		p("- Why the dispatcher stays below it: pgbench's clients do nothing but the statements, so the server gets both cores; the dispatcher process itself needs a share of them (decoding rows, handing messages to publish goroutines, timers, GC), and one dispatcher runs one claim at a time where two pgbench clients run two.")
 		p("")
 	}
 	if r.RSSN > 0 {
@@ -384,10 +377,6 @@ func writeReport(out string, r *results) error {
 	writeTracing(p, r)
 	r.writeHorizonSections(p, charts) // sections 7-9: horizon_report.go
 	r.writeFailures(p)                // section 10: failures_report.go
-	p("## Tuning log")
-	p("")
-	p("%s", strings.TrimSpace(tuningLog))
-	p("")
 	return os.WriteFile(filepath.Join(out, "BENCHMARKS.md"), []byte(b.String()), 0o644)
 }
 
