@@ -71,7 +71,10 @@
 //     dispatcher.Permanent.
 //   - a transport error (DNS, connection refused or reset, TLS, Config.Timeout
 //     or the caller's deadline, cancellation by the caller): no answer from
-//     the receiver, dispatcher.Unavailable.
+//     the receiver, dispatcher.Unavailable. Each Publish sends its request
+//     once: the client never resends it by itself when a connection breaks
+//     (net/http would, for a POST carrying Idempotency-Key); the dispatcher
+//     decides about the next try.
 //   - a message that cannot be sent as stored (a header whose name or value is
 //     not valid HTTP): dispatcher.Permanent.
 //

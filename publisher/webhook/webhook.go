@@ -92,6 +92,12 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 		return dispatcher.Permanent(fmt.Errorf("webhook: build request to %s: %w", p.url.Host, unwrapURLError(err)))
 	}
 	req.Header = header
+	// One request per publish: with a rewindable body and the
+	// Idempotency-Key header, net/http's transport would send the POST again
+	// by itself when the connection breaks before the answer (the receiver
+	// then gets it twice within one claim). Retrying is the dispatcher's
+	// decision; without GetBody the transport never replays.
+	req.GetBody = nil
 	resp, err := p.client.Do(req)
 	if err != nil {
 		// No answer: the receiver (or the way to it) is unavailable.

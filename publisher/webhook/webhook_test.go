@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -638,4 +639,40 @@ func closedAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// A publish sends its request once: when the connection breaks before the
+// answer, the transport must not send the POST again by itself (net/http
+// replays requests that carry Idempotency-Key and a rewindable body); the
+// publish fails as unavailable and the dispatcher decides about a retry.
+func TestPublish_BrokenConnectionIsNotResentByTheTransport(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if requests.Add(1) == 2 { // the second request, on the reused connection: reset, no answer
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	p := newPublisher(t, Config{URL: srv.URL})
+	if err := p.Publish(context.Background(), testMessage()); err != nil {
+		t.Fatalf("first Publish: %v", err)
+	}
+	err := p.Publish(context.Background(), testMessage())
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("Publish on a connection reset before the answer = %v, want UnavailableError", err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("the receiver saw %d requests for 2 publishes: the transport resent one", n)
+	}
 }
