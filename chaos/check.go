@@ -24,7 +24,7 @@ const (
 	FateDefer   = "deferx1" // 425 + Retry-After: 1 (business defer) on the first arrival, then 200
 	FateSlow    = "slow"    // first arrival answered after longer than the lease (the relay times out), then 200
 	FatePerm    = "perm"    // 422 always: permanent, dead after one attempt
-	FateExhaust = "exhaust" // 503 always: dead when attempts are exhausted
+	FateExhaust = "exhaust" // 500 always: a failure of the message, dead when attempts are exhausted
 	FatePoison  = "poison"  // the receiver SIGKILLs the relay that delivers it: dead at max attempts via the reap
 	FateBomb    = "bomb"    // a number bomb inserted by plain SQL: no query can return it; dead via the isolation path, never delivered
 )

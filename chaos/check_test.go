@@ -232,7 +232,7 @@ func TestAnswer(t *testing.T) {
 		{Fate503x2, 2, 503, false}, {Fate503x2, 3, 200, false},
 		{Fate429, 1, 429, false}, {FateDefer, 1, 425, false}, {FateDefer, 2, 200, false},
 		{FateSlow, 1, 503, true}, {FateSlow, 2, 200, false},
-		{FatePerm, 5, 422, false}, {FateExhaust, 9, 503, false},
+		{FatePerm, 5, 422, false}, {FateExhaust, 9, 500, false},
 	}
 	for _, c := range cases {
 		status, _, slow := answer(c.fate, c.n)

@@ -15,7 +15,7 @@ import (
 // plannedFault is one entry of the seeded schedule.
 type plannedFault struct {
 	At    time.Duration // offset from the start of the fault window
-	Kind  string        // kill, pause, terminate, pgrestart, poison, blackhole, bomb
+	Kind  string        // kill, pause, terminate, pgrestart, poison, blackhole, bomb, outage
 	Slot  int           // relay index (0-based); -1 = every relay (terminate)
 	Dur   time.Duration // pause length, or restart delay after a kill
 	Index int           // poison number
@@ -69,6 +69,7 @@ func schedule(seed uint64, o options) []plannedFault {
 	if o.failover {
 		out = append(out, plannedFault{At: o.duration * 2 / 5, Kind: "failover", Slot: -1})
 	}
+	out = withOutage(out, o)
 	slices.SortStableFunc(out, func(a, b plannedFault) int { return int(a.At - b.At) })
 	return out
 }
@@ -81,8 +82,11 @@ type injector struct {
 	proxy *tcpproxy.Proxy
 	// standbyProxy is the relays' way to the standby (failover runs).
 	standbyProxy *tcpproxy.Proxy
-	log          func(format string, args ...any)
-	failover     *failoverFigures // set when the failover fault ran
+	// receiverProxy is the relays' way to the receiver (the outage).
+	receiverProxy *tcpproxy.Proxy
+	outage        *outageFigures // set when the outage ran
+	log           func(format string, args ...any)
+	failover      *failoverFigures // set when the failover fault ran
 
 	mu      sync.Mutex
 	lastEnd time.Time
@@ -138,6 +142,12 @@ func (in *injector) run(ctx context.Context, start time.Time, plan []plannedFaul
 				in.fleet.record(Fault{Kind: "terminate", Relay: who, Start: s, End: time.Now()})
 				in.ended(time.Now())
 			}
+		case "outage":
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in.receiverDown(ctx, f.Dur)
+			}()
 		case "pgrestart":
 			wg.Add(1)
 			go func() {

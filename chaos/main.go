@@ -9,14 +9,16 @@
 // (SIGSTOP/SIGCONT), terminates their database connections, restarts
 // PostgreSQL in immediate mode, and the receiver answers slowly, 5xx, 429,
 // 4xx and "not yet" (425) for some events, and SIGKILLs whichever relay
-// delivers the poison event. At the end it checks the invariants over the
-// full history (see check.go), prints the figures, and can write them to
-// RELIABILITY.md. It exits 1 when an invariant fails, 2 when the run itself
-// could not be carried out.
+// delivers the poison event; with -outage the receiver refuses every
+// connection for a while in the middle of the run (outage.go). At the end
+// it checks the invariants over the full history (see check.go), prints the
+// figures, and can write them to RELIABILITY.md. It exits 1 when an
+// invariant fails, 2 when the run itself could not be carried out.
 //
 //	go run ./chaos -seed 1 -duration 2m -events 50000 -relays 4
 //	go run ./chaos -seed 42 -duration 32m -events 200000 -relays 4 -out RELIABILITY.md -section long
 //	go run ./chaos -failover -seed 1 -duration 90s -events 30000 -relays 4
+//	go run ./chaos -seed 1 -duration 2m -outage 3m -events 50000 -relays 4
 //
 // With -datamove it runs the data-moves scenario instead (datamove.go): the
 // outbox is dumped and restored into a second cluster, then moved to a third
@@ -63,6 +65,8 @@ type options struct {
 	datamove       bool // the data-moves scenario (datamove.go)
 	fleet          int  // databases of the fleet variant (fleetrun.go); 0 = one database
 	args           []string
+
+	outage time.Duration // the receiver down mid-run (outage.go)
 }
 
 func main() {
@@ -87,6 +91,8 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (relay logs) even when every invariant holds")
 	flag.BoolVar(&o.failover, "failover", false, "add a synchronous streaming standby; mid-run stop the primary hard and promote the standby "+
 		"(everyone connects through a multi-host URL); replaces the PostgreSQL restarts")
+	flag.DurationVar(&o.outage, "outage", 0, "take the receiver down (every connection refused) for this long in the middle of the fault window, "+
+		"which it lengthens; no relay fault meanwhile (0 = none)")
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "route producers and relays through a throwaway PgBouncer in transaction mode (Debian's pgbouncer); relays LISTEN on a direct connection (--listen-url)")
 	flag.BoolVar(&o.datamove, "datamove", false, "the data-moves scenario instead of the faults: dump and restore into a second cluster (the source past xid epoch 0), "+
 		"then a logical replication cutover to a third, under live producers and relays (-duration is split between the three servers)")
@@ -159,6 +165,8 @@ func (o options) validate() error {
 		return errors.New("-max-attempts must be at least 2")
 	case o.faultEvery <= 0 || o.drainTimeout <= 0:
 		return errors.New("-fault-every and -drain-timeout must be positive")
+	case o.outage < 0:
+		return errors.New("-outage must not be negative")
 	case o.section != "short" && o.section != "long" && o.section != "failover":
 		return errors.New("-section must be short, long or failover")
 	}

@@ -130,7 +130,9 @@ func answer(fate string, n int) (status int, retryAfter, slow bool) {
 	case FatePerm:
 		return http.StatusUnprocessableEntity, false, false
 	case FateExhaust:
-		return http.StatusServiceUnavailable, false, false
+		// 500, not 503: a failure of this message (503 says the receiver
+		// is unavailable, which costs no attempt while nothing gets through).
+		return http.StatusInternalServerError, false, false
 	}
 	return http.StatusOK, false, false
 }

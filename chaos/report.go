@@ -38,6 +38,9 @@ func reproduce(o options) string {
 	if o.pgbouncer {
 		extra += " -pgbouncer"
 	}
+	if o.outage > 0 {
+		extra += " -outage " + o.outage.String()
+	}
 	return fmt.Sprintf("go run ./chaos -seed %d -duration %s -events %d -relays %d -producers %d -lease %s -publish-timeout %s -batch %d -concurrency %d -max-attempts %d -fault-every %s -pg-restarts %d -poison %d%s",
 		o.seed, o.duration, o.events, o.relays, o.producers, o.lease, o.publishTimeout, o.batch, o.concurrency, o.maxAttempts, o.faultEvery, o.pgRestarts, o.poison, extra)
 }
@@ -72,6 +75,11 @@ func summary(fg *figures) string {
 			p("  failover                 DID NOT HAPPEN")
 		}
 	}
+	if f := fg.outage; f != nil {
+		p("  receiver outage          %s", strings.Join(f.lines(), "\n                           "))
+	} else if o.outage > 0 {
+		p("  receiver outage          DID NOT HAPPEN")
+	}
 	p("  events committed         %d  (%d ordered in %d aggregates; %d transactions with unknown commit outcome: %d committed, %d not)",
 		r.Events, r.OrderedEvents, r.Aggregate, fg.uncertain, r.UncertainCommitted, r.UncertainRolledBack)
 	p("  rolled back              %d transactions/savepoints, %d events; delivered: %d", fg.rolledBackTx, fg.rbEvents, r.RolledBackDelivered)
@@ -95,7 +103,7 @@ func summary(fg *figures) string {
 		faults[k] = v
 	}
 	faults["slow answer (> lease)"] = fg.slow
-	receiverFaults := map[string]int{"5xx": r.AnswersBy[503], "429": r.AnswersBy[429], "4xx permanent": r.AnswersBy[422], "425 defer": r.AnswersBy[425]}
+	receiverFaults := map[string]int{"503": r.AnswersBy[503], "500": r.AnswersBy[500], "429": r.AnswersBy[429], "4xx permanent": r.AnswersBy[422], "425 defer": r.AnswersBy[425]}
 	p("  faults                   %s", joinCounts(faults))
 	p("  receiver answers         %s (on purpose, by the event's fate)", joinCounts(receiverFaults))
 	restarts, byUs, other := 0, 0, map[string]int{}
@@ -185,7 +193,7 @@ func writeReliability(path, section string, fg *figures, text string) error {
 	if !strings.Contains(doc, longBegin) || !strings.Contains(doc, shortBegin) {
 		doc = reliabilityIntro +
 			"## Long run (≥ 30 minutes of faults): `make chaos-long`\n\n" + longBegin + "\n(not recorded yet)\n" + longEnd + "\n\n" +
-			"## Short run (CI, ≤ 5 minutes): `make chaos`\n\n" + shortBegin + "\n(not recorded yet)\n" + shortEnd + "\n"
+			"## Short run (CI, ≤ 9 minutes): `make chaos`\n\n" + shortBegin + "\n(not recorded yet)\n" + shortEnd + "\n"
 	}
 	if !strings.Contains(doc, failoverBegin) {
 		doc = strings.TrimRight(doc, "\n") + "\n\n## Failover run (synchronous standby promoted mid-run): `make chaos-failover`\n\n" +

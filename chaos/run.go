@@ -44,6 +44,7 @@ type figures struct {
 	pgbouncerVersion string
 	auditRows        int
 	failover         *failoverFigures // failover runs
+	outage           *outageFigures   // -outage runs
 }
 
 func run(ctx context.Context, o options) (*Result, error) {
@@ -152,7 +153,14 @@ func run(ctx context.Context, o options) (*Result, error) {
 	srv := &http.Server{Handler: rcv, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln) //nolint:errcheck
 	defer srv.Close()
-	target := "http://" + ln.Addr().String()
+	// Relays reach the receiver through a TCP proxy too: the outage
+	// (outage.go) makes it refuse every connection.
+	receiverProxy, err := tcpproxy.New(ln.Addr().String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer receiverProxy.Close()
+	target := "http://" + receiverProxy.Addr()
 
 	env := append(os.Environ(), "PGOUTBOX_HTTP_SECRET="+secret)
 	fl, err = newFleet(o.relays, bin, tmp, env, func(slot, owner string) []string {
@@ -198,20 +206,22 @@ func run(ctx context.Context, o options) (*Result, error) {
 	defer ppool.Close()
 	// Producers write until just before the faults end, so that faults keep
 	// hitting live traffic and "time to drain" measures recovery under load.
-	window := max(o.duration-5*time.Second, o.duration*3/4)
+	total := o.duration + o.outage
+	window := max(total-5*time.Second, total*3/4)
 	prod := newProducers(ppool, o.seed, o.events, window)
 	prod.txs["role-check"] = 1
 	prod.txs["role-check-wait"] = 1 // the waiter's event; the holder rolled back
 
 	plan := schedule(o.seed, o)
 	fmt.Printf("pgoutbox chaos: seed %d, %d relays, faults for %s (%d planned), %d events, lease %s, publish timeout %s, max attempts %d\n",
-		o.seed, o.relays, o.duration, len(plan), o.events, o.lease, o.publishTimeout, o.maxAttempts)
+		o.seed, o.relays, total, len(plan), o.events, o.lease, o.publishTimeout, o.maxAttempts)
 
 	fl.start()
 	start := time.Now()
 	prodDone := make(chan struct{})
 	go func() { prod.run(ctx, o.producers); close(prodDone) }()
-	in := &injector{e: e, fleet: fl, prod: prod, proxy: proxy, standbyProxy: standbyProxy, log: func(f string, a ...any) { say(f, a...) }}
+	in := &injector{e: e, fleet: fl, prod: prod, proxy: proxy, standbyProxy: standbyProxy, receiverProxy: receiverProxy,
+		log: func(f string, a ...any) { say(f, a...) }}
 	faultsDone := make(chan struct{})
 	go func() { in.run(ctx, start, plan); close(faultsDone) }()
 
@@ -304,15 +314,18 @@ loop:
 	res := Check(h)
 
 	fg := &figures{o: o, res: res, roles: roles, faults: map[string]int{}, exits: fl.allExits(), slow: slow, badSig: badSig,
-		poisonKills: poisonKills, drained: drained, total: time.Since(began), faultWindow: o.duration,
+		poisonKills: poisonKills, drained: drained, total: time.Since(began), faultWindow: total,
 		rolledBackTx: rbTx, rbEvents: rbEvents, uncertain: uncertain, prodErrors: prod.errors.Load(), pgVersion: pgVersion, pgbouncerVersion: bouncerVersion,
 		auditRows: auditRows}
 	if drained {
 		fg.drain = drainAt.Sub(lastFault)
 	}
 	in.mu.Lock()
-	fg.failover = in.failover
+	fg.failover, fg.outage = in.failover, in.outage
 	in.mu.Unlock()
+	if fg.outage != nil {
+		fg.outage.measure(h, res)
+	}
 	if fg.failover != nil {
 		fg.failover.firstWriteIn, fg.failover.writesAfter = firstWriteAfter(h.Audit, fg.failover.down)
 		fg.failover.newPrimary = newPrimaryState(ctx, e)
@@ -397,6 +410,9 @@ func extraChecks(fg *figures) {
 		if ex.Final && ex.Code != 0 {
 			r.fail("relay-shutdown-not-graceful", "%s exited %d (%s) after SIGTERM", ex.Owner, ex.Code, ex.Signal)
 		}
+	}
+	if fg.o.outage > 0 && fg.outage == nil {
+		r.fail("outage-not-run", "the receiver outage did not happen")
 	}
 	if fg.o.failover {
 		switch {

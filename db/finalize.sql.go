@@ -58,6 +58,124 @@ func (q *Queries) OutboxDefer(ctx context.Context, arg OutboxDeferParams) (strin
 	return status, err
 }
 
+const outboxFinalizeMany = `-- name: OutboxFinalizeMany :one
+WITH handoff_locks AS (
+    -- As OutboxMarkDoneMany: the aggregates of the ordered rows that become
+    -- done, locked first, all at once and in key order through
+    -- outbox_lock_aggregates. @unordered_only = true (the caller knows no
+    -- ordered row becomes done) skips the lookups.
+    SELECT outbox_lock_aggregates(ARRAY(
+            SELECT l.aggregate_id
+              FROM outbox AS l
+             WHERE l.id = ANY (ARRAY(SELECT ($1::bigint[])[i]
+                                       FROM generate_subscripts($2::text[], 1) AS i
+                                      WHERE ($2::text[])[i] = 'done'))
+               AND l.ordered
+               AND NOT $3::boolean)) AS n
+),
+written AS (
+    UPDATE outbox AS o
+       SET status       = CASE
+                              WHEN f.outcome IN ('done', 'dead') THEN f.outcome
+                              WHEN f.outcome = 'defer' AND o.created_at < now() - $4::interval THEN 'dead'
+                              ELSE 'pending'
+                          END,
+           done_at      = CASE WHEN f.outcome = 'done' THEN now() ELSE o.done_at END,
+           available_at = CASE
+                              WHEN f.outcome IN ('done', 'dead') THEN o.available_at
+                              WHEN f.outcome = 'defer' AND o.created_at < now() - $4::interval THEN o.available_at
+                              ELSE now() + f.delay_us * interval '1 microsecond'
+                          END,
+           last_error   = CASE f.outcome
+                              WHEN 'done' THEN NULL
+                              WHEN 'release' THEN coalesce(nullif(left(f.error, 500), ''), o.last_error)
+                              WHEN 'defer' THEN left(CASE WHEN o.created_at < now() - $4::interval
+                                                          THEN 'deferred past max age: ' || f.error
+                                                          ELSE 'deferred: ' || f.error END, 500)
+                              ELSE left(f.error, 500)
+                          END,
+           attempts     = o.attempts - CASE WHEN f.outcome IN ('defer', 'release') THEN 1 ELSE 0 END,
+           lease_owner  = NULL,
+           lease_until  = NULL
+      FROM (SELECT unnest($1::bigint[])            AS id,
+                   unnest($5::bigint[]) AS lease_version,
+                   unnest($6::text[])     AS lease_owner,
+                   unnest($2::text[])         AS outcome,
+                   unnest($7::bigint[])      AS delay_us,
+                   unnest($8::text[])           AS error,
+                   'processing'::text                AS status) AS f
+     WHERE o.id = f.id
+       AND o.status = f.status
+       AND o.lease_version = f.lease_version
+       AND o.lease_owner = f.lease_owner
+       AND f.outcome IN ('done', 'retry', 'defer', 'dead', 'release')
+       AND (SELECT n FROM handoff_locks) >= 0
+    RETURNING o.id, o.status
+)
+SELECT coalesce(array_agg(written.id), '{}')::bigint[] AS ids,
+       coalesce(array_agg(written.status), '{}')::text[] AS statuses
+  FROM written
+`
+
+type OutboxFinalizeManyParams struct {
+	Ids           []int64       `json:"ids"`
+	Outcomes      []string      `json:"outcomes"`
+	UnorderedOnly bool          `json:"unordered_only"`
+	MaxDeferAge   time.Duration `json:"max_defer_age"`
+	LeaseVersions []int64       `json:"lease_versions"`
+	LeaseOwners   []string      `json:"lease_owners"`
+	DelaysUs      []int64       `json:"delays_us"`
+	Errors        []string      `json:"errors"`
+}
+
+type OutboxFinalizeManyRow struct {
+	Ids      []int64  `json:"ids"`
+	Statuses []string `json:"statuses"`
+}
+
+// OutboxFinalizeMany writes the outcomes of a batch of claimed messages in
+// one statement, each row fenced by its own token like every write after a
+// claim (@ids, @lease_versions, @lease_owners, @outcomes, @delays_us and
+// @errors are parallel arrays). It is the dispatcher's one writer for
+// failures and hand-backs, next to OutboxMarkDoneMany for batches that only
+// succeeded, so that a failing receiver costs a statement per batch, not a
+// transaction per message. Each row's outcome is one of:
+//   - 'done': delivered (as OutboxMarkDoneMany; an ordered row hands its
+//     aggregate on, under the aggregate's advisory lock, see below);
+//   - 'retry': a failure of the message: pending at now() + its delay, the
+//     attempt spent, @errors in last_error (as OutboxReschedule);
+//   - 'defer': a business defer: pending at now() + its delay with the attempt
+//     refunded and 'deferred: ' || its error in last_error, or dead once the
+//     message is older than @max_defer_age (as OutboxDefer);
+//   - 'dead': for a person to look at, @errors in last_error (as
+//     OutboxMarkDead);
+//   - 'release': handed back with the attempt refunded, pending at now() +
+//     its delay: claimed but never started (shutdown, a lease too close to
+//     expiry), or a publish that found the receiver or broker unavailable,
+//     which is no failure of the message. An empty error keeps last_error.
+//
+// Errors are truncated to 500 characters.
+// Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
+// f.status for the same reason).
+// Returns the ids written and, in the same order, the status each got
+// ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
+// empty arrays when nothing was written.
+func (q *Queries) OutboxFinalizeMany(ctx context.Context, arg OutboxFinalizeManyParams) (*OutboxFinalizeManyRow, error) {
+	row := q.db.QueryRow(ctx, outboxFinalizeMany,
+		arg.Ids,
+		arg.Outcomes,
+		arg.UnorderedOnly,
+		arg.MaxDeferAge,
+		arg.LeaseVersions,
+		arg.LeaseOwners,
+		arg.DelaysUs,
+		arg.Errors,
+	)
+	var i OutboxFinalizeManyRow
+	err := row.Scan(&i.Ids, &i.Statuses)
+	return &i, err
+}
+
 const outboxMarkDead = `-- name: OutboxMarkDead :execrows
 UPDATE outbox
    SET status      = 'dead',

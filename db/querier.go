@@ -491,6 +491,33 @@ type Querier interface {
 	// 0 rows: lease lost (taken over, reaped, or the claim lost in a failover);
 	// the caller must stop publishing (cancel its context) and must not finalize.
 	OutboxExtendLease(ctx context.Context, arg OutboxExtendLeaseParams) (int64, error)
+	// OutboxFinalizeMany writes the outcomes of a batch of claimed messages in
+	// one statement, each row fenced by its own token like every write after a
+	// claim (@ids, @lease_versions, @lease_owners, @outcomes, @delays_us and
+	// @errors are parallel arrays). It is the dispatcher's one writer for
+	// failures and hand-backs, next to OutboxMarkDoneMany for batches that only
+	// succeeded, so that a failing receiver costs a statement per batch, not a
+	// transaction per message. Each row's outcome is one of:
+	// * 'done': delivered (as OutboxMarkDoneMany; an ordered row hands its
+	//   aggregate on, under the aggregate's advisory lock, see below);
+	// * 'retry': a failure of the message: pending at now() + its delay, the
+	//   attempt spent, @errors in last_error (as OutboxReschedule);
+	// * 'defer': a business defer: pending at now() + its delay with the attempt
+	//   refunded and 'deferred: ' || its error in last_error, or dead once the
+	//   message is older than @max_defer_age (as OutboxDefer);
+	// * 'dead': for a person to look at, @errors in last_error (as
+	//   OutboxMarkDead);
+	// * 'release': handed back with the attempt refunded, pending at now() +
+	//   its delay: claimed but never started (shutdown, a lease too close to
+	//   expiry), or a publish that found the receiver or broker unavailable,
+	//   which is no failure of the message. An empty error keeps last_error.
+	// Errors are truncated to 500 characters.
+	// Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
+	// f.status for the same reason).
+	// Returns the ids written and, in the same order, the status each got
+	// ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
+	// empty arrays when nothing was written.
+	OutboxFinalizeMany(ctx context.Context, arg OutboxFinalizeManyParams) (*OutboxFinalizeManyRow, error)
 	// OutboxGooseVersionTables lists the tables shaped like goose's version
 	// table (version_id, is_applied, tstamp) in this database, schema-qualified:
 	// the histories that may have applied the migrations.

@@ -335,8 +335,9 @@ func TestBadInput_DatabaseWithoutTheSchema(t *testing.T) {
 	}
 }
 
-// A receiver URL that does not resolve: Publish says retryable, and the
-// message goes back to pending with last_error saying why.
+// A receiver URL that does not resolve: Publish says the receiver is
+// unavailable, and the message goes back to pending, its attempt refunded,
+// with last_error saying why.
 func TestBadInput_ReceiverURLThatDoesNotResolve(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -349,9 +350,9 @@ func TestBadInput_ReceiverURLThatDoesNotResolve(t *testing.T) {
 	defer pub.Close()
 	perr := pub.Publish(ctx, dispatcher.Message{ID: "1", OutboxID: 1, AggregateType: "a", AggregateID: "b", EventType: "c",
 		Payload: []byte(`{}`), Headers: map[string]string{}})
-	var retry *dispatcher.RetryableError
-	if !errors.As(perr, &retry) {
-		t.Fatalf("Publish = %v, want a RetryableError", perr)
+	var unavailable *dispatcher.UnavailableError
+	if !errors.As(perr, &unavailable) {
+		t.Fatalf("Publish = %v, want an UnavailableError", perr)
 	}
 	if strings.Contains(perr.Error(), "s3cret-hmac") {
 		t.Fatalf("the HMAC secret leaked into the error: %v", perr)
@@ -359,9 +360,9 @@ func TestBadInput_ReceiverURLThatDoesNotResolve(t *testing.T) {
 
 	b.start(t, pub, fast(dispatcher.Config{PublishTimeout: 4 * time.Second, Lease: 10 * time.Second,
 		BackoffBase: time.Minute, BackoffCap: time.Minute, MaxAttempts: 5}))
-	waitFor(t, 30*time.Second, "the message rescheduled", func() bool {
+	waitFor(t, 30*time.Second, "the message handed back", func() bool {
 		s := b.state(t, ids[0])
-		return s.Status == "pending" && s.Attempts == 1
+		return s.Status == "pending" && s.Attempts == 0 && s.LastError != ""
 	})
 	s := b.state(t, ids[0])
 	if !strings.Contains(s.LastError, "does-not-resolve.invalid") {

@@ -47,6 +47,9 @@ const (
 	ReapGraceDefault          = 30 * time.Second
 	ShutdownFlushDefault      = 5 * time.Second
 	SweepIntervalDefault      = 30 * time.Second
+	BreakerThresholdDefault   = 10
+	BreakerProbeDefault       = time.Second
+	BreakerProbeMaxDefault    = 30 * time.Second
 )
 
 // Upper bounds of the integer settings that are narrowed to int32 (SQL
@@ -228,6 +231,29 @@ type Config struct {
 	// deferred before it goes to dead (database clock).
 	// Defaults to MaxDeferAgeDefault (7 days).
 	MaxDeferAge time.Duration
+
+	// BreakerThreshold is how many publishes in a row must find the
+	// destination unavailable (an UnavailableError: connection refused or
+	// reset, a timeout, HTTP 502/503/504, a broker that is down), with none
+	// reaching it for at least 250ms (or BreakerProbe when that is
+	// shorter), for the breaker to open:
+	// claiming stops, the claimed messages not yet started are handed back,
+	// and one message at a time probes the destination until it answers
+	// (docs/failures.md). An unavailable publish costs its message no
+	// attempt while the destination looks down, whether or not the breaker
+	// is open yet. Negative turns both off: unavailable publishes are then
+	// retried as Retryable ones, spending attempts. Defaults to
+	// BreakerThresholdDefault (10).
+	BreakerThreshold int
+
+	// BreakerProbe is how long the breaker stays open before its first
+	// probe; the wait doubles after each probe that finds the destination
+	// still unavailable (half of it, plus up to as much at random), up to
+	// BreakerProbeMax, and never less than a Retry-After the destination
+	// sent. Default to BreakerProbeDefault (1s) and BreakerProbeMaxDefault
+	// (30s).
+	BreakerProbe    time.Duration
+	BreakerProbeMax time.Duration
 
 	// UnclassifiedErrors says what an error that is none of Retryable, Defer
 	// or Permanent does. Defaults to UnclassifiedAsCrash (see its doc).
@@ -411,6 +437,9 @@ func (c Config) withDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
 	c.ListenPing = cmp.Or(c.ListenPing, ListenPingDefault)
 	c.ShutdownFlush = cmp.Or(c.ShutdownFlush, ShutdownFlushDefault)
+	c.BreakerThreshold = cmp.Or(c.BreakerThreshold, BreakerThresholdDefault)
+	c.BreakerProbe = cmp.Or(c.BreakerProbe, BreakerProbeDefault)
+	c.BreakerProbeMax = cmp.Or(c.BreakerProbeMax, max(BreakerProbeMaxDefault, c.BreakerProbe))
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
 	}
@@ -476,6 +505,8 @@ func (c Config) validate() error {
 		return bad("ReapInterval must be positive, got %s", c.ReapInterval)
 	case c.SweepInterval < 0:
 		return bad("SweepInterval must be positive, got %s", c.SweepInterval)
+	case c.BreakerProbe < 0 || c.BreakerProbeMax < c.BreakerProbe:
+		return bad("BreakerProbe (%s) must be positive and at most BreakerProbeMax (%s)", c.BreakerProbe, c.BreakerProbeMax)
 	case c.UnclassifiedErrors < UnclassifiedAsCrash || c.UnclassifiedErrors > UnclassifiedAsPermanent:
 		return bad("UnclassifiedErrors has unknown value %d", c.UnclassifiedErrors)
 	case c.TraceMode < TraceLink || c.TraceMode > TraceParent:

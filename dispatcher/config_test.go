@@ -38,6 +38,8 @@ func TestNew_ValidatesConfigNamingTheField(t *testing.T) {
 		{dispatcher.Config{Channel: "outbox; DROP TABLE outbox"}, "Channel"},
 		{dispatcher.Config{UnclassifiedErrors: 9}, "UnclassifiedErrors"},
 		{dispatcher.Config{Claim: 7}, "Claim"},
+		{dispatcher.Config{BreakerProbe: time.Minute, BreakerProbeMax: time.Second}, "BreakerProbe"},
+		{dispatcher.Config{BreakerProbe: -time.Second}, "BreakerProbe"},
 	}
 	for _, c := range cases {
 		_, err := dispatcher.New(pool, pub, c.cfg)

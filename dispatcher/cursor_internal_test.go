@@ -68,6 +68,35 @@ func TestClaimCursor_OpenedWindow(t *testing.T) {
 	}
 }
 
+// A window closes when its own lanes (open, fresh) come back short, even
+// when due rows filled the claim: retries that keep coming due must not keep
+// it open, or later transactions are never claimed. The due mark moves only
+// when the due lane came back short too.
+func TestClaimCursor_DueRowsDoNotKeepTheWindowOpen(t *testing.T) {
+	t.Parallel()
+	s1 := "7714848543567689896/00000001/1796205600/1796205600"
+	before := time.Date(2026, 12, 1, 10, 0, 1, 0, time.UTC)
+	at := before.Add(time.Minute)
+	pre := db.OutboxClaimSnapshotRow{Snapshot: "150:150:", Xmax: 150, At: at, Server: s1}
+	open := claimCursor{lower: "100:100:", lowerXmax: 100, dueAfter: before, server: s1}.begin(pre)
+	fullOfDue := []windowRow{{txid: 120, id: 1, lane: "fresh"}, {txid: 90, id: 7, lane: "due"}, {txid: 91, id: 8, lane: "due"}}
+	got := open.advance(pre, fullOfDue, 3)
+	if _, ok := got.opened(); ok {
+		t.Fatalf("a claim filled by due rows kept the window open: %+v", got)
+	}
+	if got.lower != pre.Snapshot || !got.dueAfter.Equal(before) {
+		t.Errorf("after a claim filled by due rows: lower %q due after %v, want %q and the old mark %v", got.lower, got.dueAfter, pre.Snapshot, before)
+	}
+	shortDue := open.advance(pre, fullOfDue[:2], 3)
+	if shortDue.lower != pre.Snapshot || !shortDue.dueAfter.Equal(at) {
+		t.Errorf("after a short claim with due rows: lower %q due after %v, want %q and %v", shortDue.lower, shortDue.dueAfter, pre.Snapshot, at)
+	}
+	fresh := []windowRow{{txid: 120, id: 1, lane: "open"}, {txid: 121, id: 2, lane: "fresh"}}
+	if _, ok := open.advance(pre, fresh, 2).opened(); !ok {
+		t.Error("a claim filled by its window's own rows closed the window")
+	}
+}
+
 // The recovery lane's expired-lease cursor: from the start on the first
 // pass, after a server change and once per sweep interval (or sweepDuty
 // times the last full pass, when that is longer); otherwise from the

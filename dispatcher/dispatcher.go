@@ -22,17 +22,19 @@ import (
 // any transaction and finalizes them with fenced writes. Any number of
 // dispatchers, in one process or many, can share the table.
 type Dispatcher struct {
-	pool    *pgxpool.Pool
-	q       *db.Queries
-	plans   customPlans     // the pool with table renaming (what q runs on, tracing aside)
-	plain   customPlans     // the pool without table renaming (CheckTable)
-	listenC *pgx.ConnConfig // Config.ListenURL parsed; nil: the pool's settings
-	pub     Publisher
-	cfg     Config
-	log     *slog.Logger
-	metrics *metrics
-	tokens  *claimTokens // the lease_owner of each claim (owner.go)
-	tracing *tracing
+	pool     *pgxpool.Pool
+	q        *db.Queries
+	plans    customPlans     // the pool with table renaming (what q runs on, tracing aside)
+	plain    customPlans     // the pool without table renaming (CheckTable)
+	listenC  *pgx.ConnConfig // Config.ListenURL parsed; nil: the pool's settings
+	pub      Publisher
+	cfg      Config
+	log      *slog.Logger
+	metrics  *metrics
+	tokens   *claimTokens // the lease_owner of each claim (owner.go)
+	tracing  *tracing
+	breaker  *breaker   // the destination's availability (breaker.go)
+	failures failureLog // rate limit of the delivery-failure log lines
 
 	maxInFlight      int
 	inFlight         atomic.Int64  // claimed, not yet finalized or handed back
@@ -91,11 +93,16 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
 	tr := newTracing(cfg, pub)
+	dest := "publisher"
+	if md, ok := pub.(MessagingDestination); ok {
+		dest = md.MessagingSystem()
+	}
 	plans := newCustomPlans(pool, rename)
 	var dbtx db.DBTX = plans
 	if !cfg.DisableTracing {
 		dbtx = tracedDB{inner: dbtx, t: tr}
 	}
+	log := newTraceLogger(cfg.Logger).With(slog.String("owner", cfg.Owner))
 	d := &Dispatcher{
 		pool:        pool,
 		q:           db.New(dbtx),
@@ -104,10 +111,11 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		listenC:     listenC,
 		pub:         pub,
 		cfg:         cfg,
-		log:         newTraceLogger(cfg.Logger).With(slog.String("owner", cfg.Owner)),
+		log:         log,
 		metrics:     m,
 		tokens:      newClaimTokens(cfg.Owner),
 		tracing:     tr,
+		breaker:     newBreaker(cfg, dest, log),
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency) + cfg.Batch, // claimRoom: plus one claim being finalized
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
@@ -144,7 +152,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		slog.Int("concurrency", d.cfg.Concurrency), slog.String("claim", d.cfg.Claim.String()))
 
 	// Publishes outlive ctx during shutdown; hardCancel ends them. The
-	// finalizer and the releaser have a context of their own (flushCancel),
+	// finalizer (which hands messages back too) has a context of its own (flushCancel),
 	// so that the final hand-back and finalize still run after hardCancel,
 	// on their own bounded deadline (ShutdownFlush).
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -154,12 +162,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	jobs := make(chan *job, d.maxInFlight)
 	fin := newFinalizer(d)
-	rel := newReleaser(d)
+	rel := &releaser{f: fin}
 
 	var bg sync.WaitGroup
-	bg.Add(2)
+	bg.Add(1)
 	go func() { defer bg.Done(); fin.run(flushCtx) }()
-	go func() { defer bg.Done(); rel.run(flushCtx) }()
 
 	var workers sync.WaitGroup
 	for i := 0; i < d.cfg.Concurrency; i++ {
@@ -175,6 +182,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.recoveryLane(ctx, hardCtx, flushCtx, rel)
 	}()
 
+	if reg, err := d.metrics.observeBreaker(d.breaker.holding); err != nil {
+		d.log.Warn("breaker gauge unavailable", slog.Any("error", err))
+	} else {
+		defer reg.Unregister() //nolint:errcheck
+	}
 	var side sync.WaitGroup
 	if !d.cfg.DisableListen {
 		side.Add(1)
@@ -220,7 +232,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	fin.close()
-	rel.close()
 	// The final flushes run on flushCtx, which is still live here: they get
 	// ShutdownFlush, then flushCancel ends whatever still waits on the
 	// database (each statement is bounded by WriteTimeout as well).
@@ -248,8 +259,9 @@ type job struct {
 	deadline     time.Time // local monotonic estimate of lease_until (never later than it)
 	msg          Message
 	span         trace.Span // the publish span, until its outcome is known (trace.go)
-	outcome      string     // the publish span's outcome, set by the fenced write of a failure
+	res          *result    // what the batch writer writes (finalizer.go)
 	pctx         publishCtx // the publish's context when a worker clock times it (publishclock.go)
+	probe        bool       // published as the breaker's probe (breaker.go)
 	slot         bool       // holds a slot of Config.Limiter (limiter.go)
 }
 
@@ -269,6 +281,10 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
 	for ctx.Err() == nil {
+		if d.breaker.holding() {
+			d.awaitBreaker(ctx, jobs, rel)
+			continue
+		}
 		limit := sizes.limit()
 		free := d.claimRoom(limit, sizes.size())
 		if free < min(sizes.size(), limit/2) {

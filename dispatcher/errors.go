@@ -41,6 +41,35 @@ func RetryableAfter(err error, after time.Duration) error {
 	return &RetryableError{Err: err, After: after}
 }
 
+// UnavailableError marks a publish that failed because the destination (the
+// receiver, the broker) is unavailable, not because of the message:
+// connection refused or reset, a timeout, HTTP 502, 503 or 504, a broker
+// that is down or not accepting publishes. While the destination looks down
+// (no publish reached it while this one ran), the message is handed
+// back with its attempt refunded, and Config.BreakerThreshold of them in a
+// row open the breaker, which stops claiming and probes the destination
+// with one message at a time until it answers (docs/failures.md). If other
+// publishes reached the destination meanwhile, the answer is taken as about
+// this message and it is retried as a RetryableError is.
+type UnavailableError struct {
+	Err error
+	// After is a minimum delay before the message, and the next probe, is
+	// tried again (an HTTP Retry-After, for example). Zero means no minimum.
+	After time.Duration
+}
+
+func (e *UnavailableError) Error() string { return "unavailable: " + errString(e.Err) }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable marks err as the destination being unavailable.
+func Unavailable(err error) error { return &UnavailableError{Err: err} }
+
+// UnavailableAfter marks err as the destination being unavailable and asks
+// to wait at least after before trying it again.
+func UnavailableAfter(err error, after time.Duration) error {
+	return &UnavailableError{Err: err, After: after}
+}
+
 // PermanentError marks a failure that retrying cannot fix (a validation
 // error, an unknown destination): the message goes to dead for a person.
 type PermanentError struct{ Err error }

@@ -9,20 +9,60 @@ import (
 	"github.com/pgoutbox/pgoutbox/db"
 )
 
-// finalizer writes successful publishes in batches: one OutboxMarkDoneMany
-// per flush (FinalizeBatch rows, or FinalizeDelay after the first one), each
-// row still fenced by its own claim's token (lease_owner, lease_version). While a flush runs, the next
-// batch accumulates, so batches grow with load.
+// resultKind is what the batch writer makes of a claimed message.
+type resultKind uint8
+
+const (
+	resDone    resultKind = iota // delivered
+	resRetry                     // a failure of the message: pending later, attempt spent
+	resDefer                     // a business defer: pending later, attempt refunded (dead past MaxDeferAge)
+	resDead                      // for a person to look at
+	resRelease                   // handed back, attempt refunded: never started, or the destination was unavailable
+)
+
+// resultOutcomes are the @outcomes of OutboxFinalizeMany, by kind.
+var resultOutcomes = [...]string{resDone: "done", resRetry: "retry", resDefer: "defer", resDead: "dead", resRelease: "release"}
+
+// result is the outcome of one claimed message, set before the job reaches
+// the batch writer. A pointer in the job: the success path shares
+// resultDone, and only a failure allocates one (a job is allocated per
+// message; the result inline made every one 64 bytes larger).
+type result struct {
+	kind  resultKind
+	delay time.Duration // retry, defer, release: until the message is available again
+	text  string        // last_error (defer: its reason; release: "" keeps last_error)
+	err   error         // the publish error, for the span and the log (nil: none)
+	// errType is the publish span's error.type ("" for none).
+	errType string
+	// unavailable: a release because the destination was unavailable (the
+	// breaker's business, breaker.go), not a hand-back of an unstarted job.
+	unavailable bool
+}
+
+// resultDone is every delivered message's result (read only).
+var resultDone = &result{kind: resDone}
+
+// finalizer is the dispatcher's one writer of outcomes: every claimed
+// message the pipeline is done with (delivered, failed, deferred, dead or
+// handed back) reaches it, and it writes them in batches: one statement per
+// flush (FinalizeBatch rows, or FinalizeDelay after the first one), each
+// row still fenced by its own claim's token (lease_owner, lease_version).
+// While a flush runs, the next batch accumulates, so batches grow with
+// load, and a failing receiver costs what a succeeding one costs: a
+// statement per batch, not a transaction per message.
 type finalizer struct {
 	d    *Dispatcher
-	in   chan *job // buffered to maxInFlight: a send never blocks
+	in   chan *job // buffered past what can be in flight: a send never blocks
 	quit chan struct{}
 }
 
 func newFinalizer(d *Dispatcher) *finalizer {
-	return &finalizer{d: d, in: make(chan *job, d.maxInFlight), quit: make(chan struct{})}
+	// Claims keep the pipeline within maxInFlight; the recovery lane's
+	// hand-backs (one sweep's rows at most) come on top.
+	return &finalizer{d: d, in: make(chan *job, d.maxInFlight+sweepRows), quit: make(chan struct{})}
 }
 
+// add queues j, whose result is set, for the next flush.
 func (f *finalizer) add(j *job) { f.in <- j }
 
 // close makes run flush what is queued and return. The channel itself is
@@ -77,141 +117,207 @@ func (f *finalizer) run(ctx context.Context) {
 	}
 }
 
-// orderedFinalizeChunk bounds the ordered rows of one OutboxMarkDoneMany.
-// Finalizing an ordered head hands its aggregate on (migration 00005's
-// hand-off), under the aggregate's advisory lock, which the statement takes
-// for every aggregate of its rows up front and holds until it commits; a
-// producer committing an event of one of those aggregates waits for it
-// (its COMMIT takes the same lock to decide its head). A batch of 2,000
-// ordered rows over 1,000 aggregates held nearly every aggregate's lock for
-// the whole statement: measured with a long snapshot held (where each row
-// costs more), 0.4-0.8 s per statement and producers' COMMITs
-// waiting 40-70 s per 10 s in total, which slowed the finalizer in turn
-// (it waits for their locks). Chunks of 64 hold few locks, briefly; the
-// unordered rows of a batch still go in one statement, which takes none.
+// orderedFinalizeChunk bounds the ordered rows that become done in one
+// statement. Finalizing an ordered head hands its aggregate on (migration
+// 00005's hand-off), under the aggregate's advisory lock, which the
+// statement takes for every aggregate of its rows up front and holds until
+// it commits; a producer committing an event of one of those aggregates
+// waits for it (its COMMIT takes the same lock to decide its head). A batch
+// of 2,000 ordered rows over 1,000 aggregates held nearly every aggregate's
+// lock for the whole statement: measured with a long snapshot held (where
+// each row costs more), 0.4-0.8 s per statement and producers' COMMITs
+// waiting 40-70 s per 10 s in total, which slowed the finalizer in turn (it
+// waits for their locks). Chunks of 64 hold few locks, briefly; the rest of
+// a batch (unordered rows, and ordered rows with any other outcome, which
+// hand nothing on) still goes in one statement, which takes none.
 const orderedFinalizeChunk = 64
 
-// flush finalizes a batch: its ordered rows in chunks of
+// flush writes a batch: its ordered rows that become done in chunks of
 // orderedFinalizeChunk first (their hand-offs make the next heads
-// claimable), then its unordered rows in one statement.
+// claimable), then the rest in one statement.
 func (f *finalizer) flush(ctx context.Context, batch []*job) {
 	// The claimer may claim again while this batch is written (claimRoom).
 	f.d.finalizing.Add(int64(len(batch)))
 	f.d.signalFreed()
-	var ordered, unordered []*job
+	var handoff, rest []*job
 	for _, j := range batch {
-		if j.msg.Ordered {
-			ordered = append(ordered, j)
+		if j.msg.Ordered && j.res.kind == resDone {
+			handoff = append(handoff, j)
 		} else {
-			unordered = append(unordered, j)
+			rest = append(rest, j)
 		}
 	}
-	for chunk := range slices.Chunk(ordered, orderedFinalizeChunk) {
+	for chunk := range slices.Chunk(handoff, orderedFinalizeChunk) {
 		f.flushPart(ctx, chunk, false)
 	}
-	if len(unordered) > 0 {
-		f.flushPart(ctx, unordered, true)
+	if len(rest) > 0 {
+		f.flushPart(ctx, rest, true)
 	}
 }
 
-// flushPart is one fenced OutboxMarkDoneMany over part; unorderedOnly says
-// part holds no ordered row (the statement then skips the hand-off locks).
-func (f *finalizer) flushPart(ctx context.Context, batch []*job, unorderedOnly bool) {
-	d := f.d
-	ids, versions, owners := tokensOf(batch)
-	done, err := retryDBValue(withLinkedJobs(ctx, batch), d, "mark done", func(ctx context.Context) ([]int64, error) {
-		return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: unorderedOnly})
-	})
+// flushPart writes part and frees its slots in flight.
+func (f *finalizer) flushPart(ctx context.Context, part []*job, noHandoff bool) {
 	defer func() {
-		d.finalizing.Add(-int64(len(batch))) // before inFlight: see claimRoom
-		d.release(len(batch))
+		f.d.finalizing.Add(-int64(len(part))) // before inFlight: see claimRoom
+		f.d.release(len(part))
 	}()
-	defer endFinalized(batch, err) // publish spans: done (lease lost ones ended already)
-	if err != nil {
-		return // logged by retryDBValue; leases expire and messages are re-delivered
+	f.d.writeResults(ctx, part, noHandoff)
+}
+
+// writeResults writes the results of batch in one fenced statement:
+// OutboxMarkDoneMany when every message was delivered (the success path),
+// OutboxFinalizeMany otherwise. noHandoff says no ordered row of batch
+// becomes done (the statement then skips the hand-off locks). Transient
+// database errors are retried (retryDBValue); when the statement fails for
+// good, the leases expire and the messages are delivered again. Then each
+// job is accounted for: metrics, its publish span, the failure log, and
+// the lease-lost report for a row the statement did not match.
+func (d *Dispatcher) writeResults(ctx context.Context, batch []*job, noHandoff bool) {
+	ids, versions, owners := tokensOf(batch)
+	lctx := withLinkedJobs(ctx, batch)
+	allDone := true
+	for _, j := range batch {
+		allDone = allDone && j.res.kind == resDone
 	}
-	// A finalized ordered message makes the next message of its aggregate
-	// the head, which nothing else announces (no INSERT, so no NOTIFY):
-	// wake the claimer, or an idle one would wait for the poll interval
-	// before each message of a busy aggregate (measured: one hot aggregate
-	// went from about 1 msg/s with the default 1s poll to hundreds per
-	// second; see BENCHMARKS.md).
-	if !unorderedOnly {
-		d.wakeUp()
+	var (
+		written  []int64
+		statuses []string // nil: all done
+		err      error
+		op       = "finalize"
+	)
+	if allDone {
+		op = "mark done"
+		written, err = retryDBValue(lctx, d, op, func(ctx context.Context) ([]int64, error) {
+			return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: noHandoff})
+		})
+	} else {
+		written, statuses, err = d.finalizeMany(lctx, batch, ids, versions, owners, noHandoff)
+	}
+	if err != nil {
+		endFinalized(batch, err) // logged by retryDBValue
+		return
 	}
 	d.metrics.finalizeFlush(ctx, len(batch))
-	d.metrics.add(outPublished, int64(len(done)))
-	if len(done) == len(batch) {
+	// A finalized ordered message makes the next message of its aggregate
+	// the head, which nothing else announces (no INSERT, so no NOTIFY): wake
+	// the claimer, or an idle one would wait for the poll interval before
+	// each message of a busy aggregate (measured: one hot aggregate went
+	// from about 1 msg/s with the default 1s poll to hundreds per second;
+	// see BENCHMARKS.md). Only a statement with the hand-off locks
+	// (noHandoff false) finalizes ordered rows done.
+	if !noHandoff {
+		defer d.wakeUp()
+	}
+	if statuses == nil && len(written) == len(batch) {
+		// The success path: every row done, counted once per statement.
+		d.metrics.add(outPublished, int64(len(batch)))
+		endFinalized(batch, nil)
 		return
 	}
-	finalized := make(map[int64]struct{}, len(done))
-	for _, id := range done {
-		finalized[id] = struct{}{}
+	status := make(map[int64]string, len(written))
+	for i, id := range written {
+		if statuses == nil {
+			status[id] = "done"
+		} else {
+			status[id] = statuses[i]
+		}
 	}
+	var counts [numOutcomes]int64
+	notify := false
 	for _, j := range batch {
-		if _, ok := finalized[j.id]; !ok {
-			d.leaseLost(j, "mark done")
+		st, ok := status[j.id]
+		if !ok {
+			d.leaseLost(j, op)
+			continue
 		}
+		counts[d.written(j, st)]++
+		notify = notify || (j.res.kind == resRelease && !j.res.unavailable && j.res.delay == 0)
 	}
-}
-
-// releaser hands claimed-but-unstarted messages back in batches
-// (OutboxReleaseMany: fenced, attempt refunded, available now).
-type releaser struct {
-	d    *Dispatcher
-	in   chan *job // buffered to maxInFlight: a send never blocks
-	quit chan struct{}
-}
-
-func newReleaser(d *Dispatcher) *releaser {
-	return &releaser{d: d, in: make(chan *job, d.maxInFlight), quit: make(chan struct{})}
-}
-
-func (r *releaser) add(j *job) { r.in <- j }
-
-// close makes run hand back what is queued and return (see finalizer.close).
-func (r *releaser) close() { close(r.quit) }
-
-func (r *releaser) run(ctx context.Context) {
-	for {
-		var batch []*job
-		select {
-		case j := <-r.in:
-			batch = append(batch, j)
-		case <-r.quit:
-			for len(r.in) > 0 {
-				batch = append(batch, <-r.in)
-			}
-			if len(batch) > 0 {
-				r.flush(ctx, batch)
-			}
-			return
-		}
-		for len(r.in) > 0 {
-			batch = append(batch, <-r.in)
-		}
-		r.flush(ctx, batch)
+	for o, n := range counts {
+		d.metrics.add(outcome(o), n)
 	}
-}
-
-func (r *releaser) flush(ctx context.Context, batch []*job) {
-	d := r.d
-	defer d.release(len(batch))
-	ids, versions, owners := tokensOf(batch)
-	n, err := retryDB(ctx, d, "release", func(ctx context.Context) (int64, error) {
-		return d.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners})
-	})
-	if err != nil {
-		return
-	}
-	d.metrics.add(outReleased, n)
-	d.log.Debug("handed back claimed messages", slog.Int64("count", n), slog.Int("asked", len(batch)))
-	if n > 0 {
-		// Wake the dispatchers (including this one's siblings) to re-claim.
+	if notify {
+		// Messages handed back unstarted: wake the dispatchers (this one's
+		// siblings included) to claim them again.
 		nctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
 		_ = d.q.OutboxNotify(nctx)
 		cancel()
 	}
+}
+
+// finalizeMany is OutboxFinalizeMany over batch. Its texts were made valid
+// by errText; should the server refuse one all the same (a data error),
+// the statement is written once more with a fixed ASCII text in place of
+// every error, so the messages' states still move on.
+func (d *Dispatcher) finalizeMany(ctx context.Context, batch []*job, ids, versions []int64, owners []string, noHandoff bool) ([]int64, []string, error) {
+	p := db.OutboxFinalizeManyParams{
+		Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: noHandoff, MaxDeferAge: d.cfg.MaxDeferAge,
+		Outcomes: make([]string, len(batch)), DelaysUs: make([]int64, len(batch)), Errors: make([]string, len(batch)),
+	}
+	for i, j := range batch {
+		p.Outcomes[i], p.DelaysUs[i], p.Errors[i] = resultOutcomes[j.res.kind], max(j.res.delay, 0).Microseconds(), errText(j.res.text)
+	}
+	write := func(ctx context.Context) (*db.OutboxFinalizeManyRow, error) { return d.q.OutboxFinalizeMany(ctx, p) }
+	row, err := retryDBValue(ctx, d, "finalize", write)
+	if err != nil && isDataError(err) {
+		safe := "error text refused by the database (SQLSTATE " + sqlState(err) + "); see the dispatcher log"
+		for i := range p.Errors {
+			if p.Errors[i] != "" {
+				p.Errors[i] = safe
+			}
+		}
+		row, err = retryDBValue(ctx, d, "finalize", write)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return row.Ids, row.Statuses, nil
+}
+
+// written accounts for j once its result is in the table with status: its
+// publish span and the delivery-failure log (WARN, rate-limited per event
+// type: failurelog.go). It returns the outcome to count.
+func (d *Dispatcher) written(j *job, status string) outcome {
+	r := j.res
+	switch {
+	case r.kind == resDone:
+		j.endPublish(spanDone, "", nil)
+		return outPublished
+	case r.kind == resRelease && r.err != nil:
+		// Published and found the destination unavailable: refunded.
+		d.logFailure(j, "delivery failed: the destination is unavailable; attempt refunded", r.delay)
+		j.endPublish(spanUnavailable, r.errType, r.err)
+		return outUnavailable
+	case r.kind == resRelease:
+		j.endPublish(spanReleased, "", nil)
+		return outReleased
+	case status == "dead":
+		if r.kind == resDefer {
+			d.logFailure(j, "deferred past MaxDeferAge; message is dead", -1)
+		} else {
+			d.logFailure(j, "message is dead", -1)
+		}
+		j.endPublish(spanDead, r.errType, r.err)
+		return outDead
+	case r.kind == resDefer:
+		d.log.DebugContext(j.spanCtx(), "deferred", slog.Int64("outbox_id", j.id), slog.Duration("delay", r.delay), slog.String("reason", r.text))
+		j.endPublish(spanDefer, r.errType, r.err)
+		return outDeferred
+	}
+	d.logFailure(j, "delivery failed; retrying", r.delay)
+	j.endPublish(spanRetry, r.errType, r.err)
+	return outRetried
+}
+
+// releaser hands claimed messages back through the finalizer: a 'release'
+// result (fenced, attempt refunded, available now), for messages claimed
+// but never started (shutdown, a lease too close to expiry, a claimed row
+// that could not be read).
+type releaser struct{ f *finalizer }
+
+func (r releaser) add(j *job) {
+	j.res = &result{kind: resRelease}
+	r.f.add(j)
 }
 
 // tokensOf returns the parallel arrays of a batch's fenced write: ids, and

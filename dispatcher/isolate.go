@@ -12,8 +12,8 @@ import (
 	"github.com/pgoutbox/pgoutbox/db"
 )
 
-// doneSink receives jobs whose publish succeeded: the batched finalizer, or
-// the recovery lane's synchronous one.
+// doneSink receives jobs whose result is set (finalizer.go): the batched
+// finalizer, or the recovery lane's synchronous writer.
 type doneSink interface{ add(j *job) }
 
 // claimedRow is a row claimed without its payload.
@@ -117,11 +117,13 @@ func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline tim
 		d.leaseLost(j, "read")
 	case isRowError(err):
 		d.metrics.unreadable.Add(1)
-		d.finalizeDead(ctx, j, fmt.Sprintf(
+		j.res = &result{kind: resDead, text: fmt.Sprintf(
 			"the database cannot return this message (SQLSTATE %s: %v); its payload or headers cannot be read or sent, so no publish was attempted",
-			sqlState(err), err))
+			sqlState(err), err)}
+		d.writeResults(ctx, []*job{j}, true)
 	case isTimeout(ctx, err):
-		d.finalizeRetry(ctx, j, fmt.Errorf("reading the message timed out after %s (ClaimTimeout): %w", d.cfg.ClaimTimeout, err), 0)
+		d.retry(j, fmt.Errorf("reading the message timed out after %s (ClaimTimeout): %w", d.cfg.ClaimTimeout, err), 0, "")
+		d.writeResults(ctx, []*job{j}, true)
 	default:
 		d.log.Warn("reading a claimed message failed; handing it back", slog.Int64("outbox_id", r.id), slog.Any("error", err))
 		d.inFlight.Add(1)
@@ -195,12 +197,17 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 	if err := d.resolveHeads(ctx); err != nil {
 		return err
 	}
+	if d.breaker.holding() {
+		// The destination is unavailable: recovering messages would only
+		// hand them back (breaker.go).
+		return nil
+	}
 	if err := d.sweepBehindCursor(ctx, hardCtx, sink, rel); err != nil {
 		return err
 	}
 	pass := d.newRecoveryPass()
 	defer pass.done()
-	for ctx.Err() == nil && !d.stopping.Load() {
+	for ctx.Err() == nil && !d.stopping.Load() && !d.breaker.holding() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 		owner := d.tokens.next()
@@ -232,31 +239,15 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 	return nil
 }
 
-// syncDone finalizes a successful publish at once (fenced OutboxMarkDone),
-// so the recovery lane claims its next message only after the previous one
-// is done in the database.
+// syncDone writes a job's result at once (the batch writer over one job), so
+// the recovery lane claims its next message only after the previous one's
+// outcome is in the database.
 type syncDone struct {
 	d   *Dispatcher
 	ctx context.Context
 }
 
 func (s syncDone) add(j *job) {
-	d := s.d
-	defer d.release(1)
-	n, err := retryDB(s.ctx, d, "mark done", func(ctx context.Context) (int64, error) {
-		return d.q.OutboxMarkDone(contextWithSpanOf(ctx, j.spanCtx()), db.OutboxMarkDoneParams{ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner})
-	})
-	if err != nil {
-		j.endPublish(spanWriteFailed, "finalize_failed", err)
-		return
-	}
-	if n == 0 {
-		d.leaseLost(j, "mark done")
-		return
-	}
-	d.metrics.add(outPublished, 1)
-	j.endPublish(spanDone, "", nil)
-	if j.msg.Ordered {
-		d.wakeUp() // the next message of its aggregate is the head now
-	}
+	defer s.d.release(1)
+	s.d.writeResults(s.ctx, []*job{j}, !(j.msg.Ordered && j.res.kind == resDone))
 }

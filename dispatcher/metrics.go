@@ -23,7 +23,8 @@ type Stats struct {
 	Deferred      int64 // rescheduled by a business defer (attempt refunded)
 	Dead          int64 // sent to dead by this dispatcher
 	LeaseLost     int64 // fenced writes that changed no row
-	Released      int64 // handed back unstarted (shutdown, near expiry)
+	Released      int64 // handed back unstarted (shutdown, near expiry, the breaker open)
+	Unavailable   int64 // published and found the destination unavailable: handed back, attempt refunded (breaker.go)
 	NearExpiry    int64 // not started because the lease was too close to expiry
 	Panics        int64 // publisher panics (treated as crashes)
 	Unclassified  int64 // unclassified errors left to lease recovery
@@ -42,6 +43,9 @@ type Stats struct {
 	Repaired      int64 // rows and sequences brought from another server that were repaired: txids re-stamped, rows sequenced, sequences moved on (normally 0)
 	InFlight      int64 // claimed now and not yet finalized or handed back
 	ClaimSize     int64 // the current adaptive claim size (Config.BatchMin .. Config.Batch)
+	BreakerOpen   bool  // the breaker is open now: the destination is unavailable, claims wait for probes
+	BreakerOpens  int64 // times the breaker opened
+	Probes        int64 // messages published as the breaker's probe
 
 	Queue QueueStats // last refresh of the monitoring gauges
 }
@@ -76,11 +80,12 @@ const (
 	outPanic
 	outUnclassified
 	outReaped
+	outUnavailable
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{"published", "retried", "deferred", "dead", "lease_lost",
-	"released", "near_expiry", "panic", "unclassified", "reaped"}
+	"released", "near_expiry", "panic", "unclassified", "reaped", "unavailable"}
 
 type metrics struct {
 	outcomes                                                                                                      [numOutcomes]atomic.Int64
@@ -103,6 +108,7 @@ type metrics struct {
 	horizonAgeGauge, horizonXminGauge, deadTupleGauge metric.Int64ObservableGauge
 	unrepairedGauge                                   metric.Int64ObservableGauge
 	unrepairedAttrs                                   [3]metric.ObserveOption // unsequenced, foreign_txid, sequence_behind
+	breakerGauge                                      metric.Int64ObservableGauge
 
 	// Config.MetricAttributes, and the options carrying them alone for the
 	// measurements without an attribute of their own (nil without any:
@@ -143,7 +149,7 @@ func newMetrics(mp metric.MeterProvider, extra []attribute.KeyValue) (*metrics, 
 		return nil, err
 	}
 	if m.outcomeCounter, err = meter.Int64Counter("pgoutbox.messages.outcomes",
-		metric.WithDescription("Finalize outcomes by kind: published, retried, deferred, dead, lease_lost, released, panic.")); err != nil {
+		metric.WithDescription("Finalize outcomes by kind: published, retried, deferred, dead, lease_lost, released, unavailable, panic.")); err != nil {
 		return nil, err
 	}
 	if m.publishHist, err = meter.Float64Histogram("pgoutbox.publish.duration", metric.WithUnit("s"),
@@ -175,6 +181,10 @@ func newMetrics(mp metric.MeterProvider, extra []attribute.KeyValue) (*metrics, 
 		metric.WithDescription("Ordered aggregates whose head is dead or stalled.")); err != nil {
 		return nil, err
 	}
+	if m.breakerGauge, err = meter.Int64ObservableGauge("pgoutbox.breaker.open",
+		metric.WithDescription("1 while this dispatcher's breaker is open (the destination is unavailable: claims wait for probes), 0 otherwise.")); err != nil {
+		return nil, err
+	}
 	if m.horizonAgeGauge, err = meter.Int64ObservableGauge("pgoutbox.horizon.age", metric.WithUnit("s"),
 		metric.WithDescription("How long the holder of the server's oldest snapshot has held it (its transaction's age; 0 when unknown), labelled with the holder.")); err != nil {
 		return nil, err
@@ -196,6 +206,19 @@ func newMetrics(mp metric.MeterProvider, extra []attribute.KeyValue) (*metrics, 
 	}
 	m.meter = meter
 	return m, nil
+}
+
+// observeBreaker registers the callback of the breaker gauge; Run
+// unregisters it when it returns.
+func (m *metrics) observeBreaker(open func() bool) (metric.Registration, error) {
+	return m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		v := int64(0)
+		if open() {
+			v = 1
+		}
+		o.ObserveInt64(m.breakerGauge, v)
+		return nil
+	}, m.breakerGauge)
 }
 
 // observeQueue registers the callback of the queue gauges; Run unregisters
@@ -274,6 +297,7 @@ func (d *Dispatcher) Stats() Stats {
 		Deferred: m.outcomes[outDeferred].Load(), Dead: m.outcomes[outDead].Load(), LeaseLost: m.outcomes[outLeaseLost].Load(),
 		Released: m.outcomes[outReleased].Load(), NearExpiry: m.outcomes[outNearExpiry].Load(), Panics: m.outcomes[outPanic].Load(),
 		Unclassified: m.outcomes[outUnclassified].Load(), Reaped: m.outcomes[outReaped].Load(), Heartbeats: m.heartbeats.Load(),
+		Unavailable: m.outcomes[outUnavailable].Load(), BreakerOpen: d.breaker.holding(), BreakerOpens: d.breaker.opens.Load(), Probes: d.breaker.probed.Load(),
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
 		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(), Repaired: m.repaired.Load(), LockWaits: m.lockWaits.Load(),
 		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),

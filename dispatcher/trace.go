@@ -76,6 +76,7 @@ const (
 	spanDead         = "dead"
 	spanLeaseLost    = "lease_lost"
 	spanReleased     = "released"
+	spanUnavailable  = "unavailable"
 	spanPanic        = "panic"
 	spanUnclassified = "unclassified"
 	spanWriteFailed  = "write_failed"
@@ -228,10 +229,13 @@ func publishErrorType(err error, timedOut bool) string {
 		def  *DeferError
 		retr *RetryableError
 		perm *PermanentError
+		un   *UnavailableError
 	)
 	switch {
 	case errors.As(err, &def):
 		return ""
+	case errors.As(err, &un):
+		return "unavailable"
 	case errors.As(err, &retr):
 		return "retryable"
 	case errors.As(err, &perm):

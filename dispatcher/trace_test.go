@@ -296,11 +296,11 @@ func TestTrace_PublishSpanRecordsTheOutcome(t *testing.T) {
 		name            string
 		err             error
 		outcome, errTyp string
-		writeSpan       string // the fenced write, a child of the publish span
+		writeSpan       string // the fenced batch write, linked to the publish span
 	}{
-		{"retryable", dispatcher.Retryable(errors.New("broker busy")), "retry", "retryable", "OutboxReschedule outbox"},
-		{"permanent", dispatcher.Permanent(errors.New("schema rejected")), "dead", "permanent", "OutboxMarkDead outbox"},
-		{"defer", dispatcher.Defer(time.Hour, "not yet"), "defer", "", "OutboxDefer outbox"},
+		{"retryable", dispatcher.Retryable(errors.New("broker busy")), "retry", "retryable", "OutboxFinalizeMany outbox"},
+		{"permanent", dispatcher.Permanent(errors.New("schema rejected")), "dead", "permanent", "OutboxFinalizeMany outbox"},
+		{"defer", dispatcher.Defer(time.Hour, "not yet"), "defer", "", "OutboxFinalizeMany outbox"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -325,12 +325,14 @@ func TestTrace_PublishSpanRecordsTheOutcome(t *testing.T) {
 			}
 			var write sdktrace.ReadOnlySpan
 			for _, w := range tr.ended(c.writeSpan) {
-				if w.Parent().SpanID() == s.SpanContext().SpanID() {
-					write = w
+				for _, l := range w.Links() {
+					if l.SpanContext.SpanID() == s.SpanContext().SpanID() {
+						write = w
+					}
 				}
 			}
 			if write == nil {
-				t.Errorf("no %q span under the publish span", c.writeSpan)
+				t.Errorf("no %q span linked to the publish span", c.writeSpan)
 			}
 		})
 	}
@@ -382,7 +384,7 @@ func TestTrace_WithoutAnSDKThePublishRunsInTheStoredContext(t *testing.T) {
 	if m.msg.Headers["traceparent"] != m.msg.TraceParent || m.msg.TraceParent == "" {
 		t.Errorf("Headers[traceparent] %q, TraceParent %q: want the stored context in both", m.msg.Headers["traceparent"], m.msg.TraceParent)
 	}
-	waitFor(t, 30*time.Second, "the retry log", func() bool { return strings.Contains(buf.String(), "publish failed, retrying") })
+	waitFor(t, 30*time.Second, "the retry log", func() bool { return strings.Contains(buf.String(), "delivery failed; retrying") })
 	if !strings.Contains(buf.String(), `"trace_id":"`+producer.TraceID().String()+`"`) {
 		t.Errorf("retry log lacks the producer's trace id %s:\n%s", producer.TraceID(), buf.String())
 	}

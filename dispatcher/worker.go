@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +49,15 @@ func (d *Dispatcher) runJob(hardCtx context.Context, j *job, fin doneSink, rel *
 		rel.add(j)
 		return
 	}
+	publish, probe := d.breaker.admit()
+	if !publish {
+		// The breaker is open: hand the message back unstarted (attempt
+		// refunded), without waking the other dispatchers for it.
+		j.res = &result{kind: resRelease, unavailable: true}
+		fin.add(j)
+		return
+	}
+	j.probe = probe
 	d.publish(hardCtx, j, fin, rel, clock)
 }
 
@@ -92,14 +100,18 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 	switch {
 	case leaseLost():
 		// The heartbeat found the lease taken over: the new owner finalizes.
+		d.probeAborted(j)
 		d.leaseLost(j, "heartbeat")
 		d.release(1)
 		return
 	case err == nil:
+		d.breaker.reached()
 		d.metrics.delivered(hardCtx, time.Since(j.msg.CreatedAt))
+		j.res = resultDone
 		fin.add(j)
 		return
 	case errors.Is(err, errPanic):
+		d.probeAborted(j)
 		// Treated as a crash of this message: no finalize, the attempt is
 		// spent, the lease expires and a later claim recovers it in isolation
 		// (or the reap buries it at max attempts).
@@ -112,16 +124,31 @@ func (d *Dispatcher) publish(hardCtx context.Context, j *job, fin doneSink, rel 
 	case hardCtx.Err() != nil:
 		// Shutdown cancelled the publish: hand the message back; it may have
 		// been delivered, and the receiver deduplicates by id.
-		j.endPublish(spanReleased, "", nil)
+		d.probeAborted(j)
 		rel.add(j)
 		return
 	}
-	d.fail(sctx, j, err, pctx)
+	if !d.classify(sctx, j, err, pctx, start, start.Add(elapsed)) {
+		d.probeAborted(j)
+		d.release(1)
+		return
+	}
+	fin.add(j)
 }
 
-// fail applies the publisher's classification with a fenced write.
-func (d *Dispatcher) fail(ctx context.Context, j *job, err error, pctx context.Context) {
-	defer d.release(1)
+// probeAborted tells the breaker when j was its probe and ended without
+// saying whether the destination is available.
+func (d *Dispatcher) probeAborted(j *job) {
+	if j.probe {
+		d.breaker.probeAborted()
+	}
+}
+
+// classify sets j's result from the publisher's classification of err, for
+// the batch writer. It returns false when nothing is to be written: an
+// unclassified error under UnclassifiedAsCrash leaves the message as a
+// crash would (processing, attempt spent) for lease recovery.
+func (d *Dispatcher) classify(ctx context.Context, j *job, err error, pctx context.Context, start, end time.Time) bool {
 	var (
 		def  *DeferError
 		retr *RetryableError
@@ -133,93 +160,60 @@ func (d *Dispatcher) fail(ctx context.Context, j *job, err error, pctx context.C
 	timedOut := context.Cause(pctx) == context.DeadlineExceeded &&
 		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))
 	errType := publishErrorType(err, timedOut)
-	defer func() { j.endPublish(cmp.Or(j.outcome, spanWriteFailed), errType, err) }()
+	after, unavailable := unavailableAfter(err)
+	if timedOut {
+		err, unavailable = fmt.Errorf("publish timed out after %s: %w", d.cfg.PublishTimeout, err), true
+	}
+	if unavailable {
+		if d.breaker.unavailable(start, end, err, after, j.probe) {
+			delay := time.Duration(0)
+			if !d.breaker.holding() {
+				delay = max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
+			}
+			j.res = &result{kind: resRelease, delay: delay, text: err.Error(), err: err, errType: errType, unavailable: true}
+		} else {
+			d.retry(j, err, after, errType)
+		}
+		return true
+	}
+	if errors.As(err, &def) || errors.As(err, &retr) || errors.As(err, &perm) {
+		d.breaker.reached() // the destination answered, about this message
+	}
 	switch {
 	case errors.As(err, &def):
-		d.finalizeDefer(ctx, j, def)
+		j.res = &result{kind: resDefer, delay: max(def.Delay, 0), text: def.Reason, err: err}
 	case errors.As(err, &retr):
-		d.finalizeRetry(ctx, j, err, retr.After)
+		d.retry(j, err, retr.After, errType)
 	case errors.As(err, &perm):
-		d.finalizeDead(ctx, j, err.Error())
-	case timedOut:
-		d.finalizeRetry(ctx, j, fmt.Errorf("publish timed out after %s: %w", d.cfg.PublishTimeout, err), 0)
+		j.res = &result{kind: resDead, text: err.Error(), err: err, errType: errType}
 	default:
 		switch d.cfg.UnclassifiedErrors {
 		case UnclassifiedAsRetryable:
-			d.finalizeRetry(ctx, j, err, 0)
+			d.retry(j, err, 0, errType)
 		case UnclassifiedAsPermanent:
-			d.finalizeDead(ctx, j, "unclassified: "+err.Error())
+			j.res = &result{kind: resDead, text: "unclassified: " + err.Error(), err: err, errType: errType}
 		default:
 			d.metrics.add(outUnclassified, 1)
-			j.outcome = spanUnclassified
 			d.log.ErrorContext(ctx, "unclassified publish error; message left processing until its lease expires (UnclassifiedAsCrash)",
 				slog.Int64("outbox_id", j.id), slog.Int64("lease_version", j.leaseVersion),
 				slog.Int("attempt", int(j.attempts)), slog.Any("error", err))
+			j.endPublish(spanUnclassified, errType, err)
+			return false
 		}
 	}
+	return true
 }
 
-func (d *Dispatcher) finalizeRetry(ctx context.Context, j *job, err error, after time.Duration) {
+// retry sets j's result for a failure of the message: back to pending after
+// a full-jitter backoff (at least after), or dead once its attempts are
+// spent.
+func (d *Dispatcher) retry(j *job, err error, after time.Duration, errType string) {
 	if int(j.attempts) >= d.cfg.MaxAttempts {
-		d.finalizeDead(ctx, j, fmt.Sprintf("retries exhausted after %d attempts: %v", j.attempts, err))
+		j.res = &result{kind: resDead, text: fmt.Sprintf("retries exhausted after %d attempts: %v", j.attempts, err), err: err, errType: errType}
 		return
 	}
 	delay := max(FullJitter(int(j.attempts), d.cfg.BackoffBase, d.cfg.BackoffCap), after)
-	n, werr := retryDBText(ctx, d, "reschedule", errText(err.Error()), func(ctx context.Context, text string) (int64, error) {
-		return d.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{
-			ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner, Delay: delay, Error: text, RefundAttempt: false,
-		})
-	})
-	if werr != nil {
-		return
-	}
-	if n == 0 {
-		d.leaseLost(j, "reschedule")
-		return
-	}
-	d.metrics.add(outRetried, 1)
-	d.log.DebugContext(ctx, "publish failed, retrying", slog.Int64("outbox_id", j.id), slog.Int("attempt", int(j.attempts)),
-		slog.Duration("delay", delay), slog.Any("error", err))
-	j.outcome = spanRetry
-}
-
-func (d *Dispatcher) finalizeDefer(ctx context.Context, j *job, def *DeferError) {
-	delay := max(def.Delay, 0)
-	status, werr := retryDBText(ctx, d, "defer", errText(def.Reason), func(ctx context.Context, text string) (string, error) {
-		return d.q.OutboxDefer(ctx, db.OutboxDeferParams{
-			ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner, Delay: delay, Error: text, MaxAge: d.cfg.MaxDeferAge,
-		})
-	})
-	switch {
-	case errors.Is(werr, pgx.ErrNoRows):
-		d.leaseLost(j, "defer")
-	case werr != nil:
-	case status == "dead":
-		d.metrics.add(outDead, 1)
-		d.log.WarnContext(ctx, "deferred past MaxDeferAge; message is dead", slog.Int64("outbox_id", j.id),
-			slog.Duration("max_defer_age", d.cfg.MaxDeferAge), slog.String("reason", def.Reason))
-		j.outcome = spanDead
-	default:
-		d.metrics.add(outDeferred, 1)
-		j.outcome = spanDefer
-	}
-}
-
-func (d *Dispatcher) finalizeDead(ctx context.Context, j *job, reason string) {
-	n, werr := retryDBText(ctx, d, "mark dead", errText(reason), func(ctx context.Context, text string) (int64, error) {
-		return d.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: j.id, LeaseVersion: j.leaseVersion, LeaseOwner: j.leaseOwner, Error: text})
-	})
-	if werr != nil {
-		return
-	}
-	if n == 0 {
-		d.leaseLost(j, "mark dead")
-		return
-	}
-	d.metrics.add(outDead, 1)
-	d.log.WarnContext(ctx, "message is dead", slog.Int64("outbox_id", j.id), slog.String("event_type", j.msg.EventType),
-		slog.String("aggregate_id", j.msg.AggregateID), slog.Int("attempt", int(j.attempts)), slog.String("error", reason))
-	j.outcome = spanDead
+	j.res = &result{kind: resRetry, delay: delay, text: err.Error(), err: err, errType: errType}
 }
 
 func (d *Dispatcher) leaseLost(j *job, op string) {
@@ -284,18 +278,12 @@ func (d *Dispatcher) heartbeat(ctx context.Context, j *job, cancel context.Cance
 	}
 }
 
-// retryDB runs a fenced single-row write, retrying transient database errors
-// with backoff until it succeeds or ctx ends. Each attempt has its own
-// WriteTimeout, so a connection that stopped answering costs one timeout,
-// not the whole shutdown.
-func retryDB(ctx context.Context, d *Dispatcher, op string, f func(ctx context.Context) (int64, error)) (int64, error) {
-	return retryDBValue(ctx, d, op, f)
-}
-
-// retryDBValue is retryDB for a write that returns a value. A data error
-// (SQLSTATE class 22) is never retried: the same statement fails the same
-// way, and retrying it would wedge the worker (and everything behind it). It
-// is logged and returned.
+// retryDBValue runs a fenced write that returns a value, retrying transient
+// database errors with backoff until it succeeds or ctx ends. Each attempt
+// has its own WriteTimeout, so a connection that stopped answering costs one
+// timeout, not the whole shutdown. A data error (SQLSTATE class 22) is never
+// retried: the same statement fails the same way, and retrying it would
+// wedge the writer (and everything behind it). It is logged and returned.
 func retryDBValue[T any](ctx context.Context, d *Dispatcher, op string, f func(ctx context.Context) (T, error)) (T, error) {
 	failures := 0
 	for {
@@ -318,17 +306,4 @@ func retryDBValue[T any](ctx context.Context, d *Dispatcher, op string, f func(c
 		}
 		d.dbError(ctx, op, err, &failures)
 	}
-}
-
-// retryDBText is retryDBValue for a write that stores a text (last_error).
-// text has been made valid by errText already; should the server refuse it
-// all the same (a data error), the write is made once more with a fixed
-// ASCII text, so the message's state still moves on.
-func retryDBText[T any](ctx context.Context, d *Dispatcher, op, text string, f func(ctx context.Context, text string) (T, error)) (T, error) {
-	v, err := retryDBValue(ctx, d, op, func(ctx context.Context) (T, error) { return f(ctx, text) })
-	if err == nil || !isDataError(err) {
-		return v, err
-	}
-	safe := "error text refused by the database (SQLSTATE " + sqlState(err) + "); see the dispatcher log"
-	return retryDBValue(ctx, d, op, func(ctx context.Context) (T, error) { return f(ctx, safe) })
 }

@@ -186,18 +186,22 @@ func TestDefer_PastMaxAgeGoesDead(t *testing.T) {
 	}
 }
 
-// last_error is truncated in SQL to 500 characters.
+// last_error is truncated in SQL to 500 characters, by the single-row
+// writes and by the batch writer.
 func TestLastError_TruncatedTo500Characters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.seed(t, 1, "a")
-	c := b.claim(t, "w", 1, time.Minute, 12)[0]
+	b.seed(t, 2, "a")
+	cs := b.claim(t, "w", 2, time.Minute, 12)
 	long := strings.Repeat("é", 2000)
-	if n, err := b.q.OutboxMarkDead(context.Background(), db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner, Error: long}); err != nil || n != 1 {
+	if n, err := b.q.OutboxMarkDead(context.Background(), db.OutboxMarkDeadParams{ID: cs[0].ID, LeaseVersion: cs[0].LeaseVersion, LeaseOwner: cs[0].Owner, Error: long}); err != nil || n != 1 {
 		t.Fatalf("n=%d err=%v", n, err)
 	}
-	if got := len([]rune(*b.row(t, c.ID).LastError)); got != 500 {
-		t.Fatalf("last_error has %d characters, want 500", got)
+	b.finalizeMany(t, cs[1:], []string{"dead"}, []time.Duration{0}, []string{long}, true)
+	for _, c := range cs {
+		if got := len([]rune(*b.row(t, c.ID).LastError)); got != 500 {
+			t.Fatalf("id %d: last_error has %d characters, want 500", c.ID, got)
+		}
 	}
 }
 

@@ -64,6 +64,11 @@ var fencedWrites = []struct {
 		return q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{
 			Ids: []int64{c.ID}, LeaseVersions: []int64{c.LeaseVersion}, LeaseOwners: []string{c.Owner}})
 	}},
+	{"OutboxFinalizeMany done", finalizeManyAs("done")},
+	{"OutboxFinalizeMany retry", finalizeManyAs("retry")},
+	{"OutboxFinalizeMany defer", finalizeManyAs("defer")},
+	{"OutboxFinalizeMany dead", finalizeManyAs("dead")},
+	{"OutboxFinalizeMany release", finalizeManyAs("release")},
 	{"OutboxExtendLease", func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
 		return q.OutboxExtendLease(ctx, db.OutboxExtendLeaseParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner, Lease: time.Hour})
 	}},
@@ -74,6 +79,19 @@ var fencedWrites = []struct {
 		}
 		return 1, err
 	}},
+}
+
+// finalizeManyAs is OutboxFinalizeMany writing one outcome for c.
+func finalizeManyAs(outcome string) func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
+	return func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
+		got, err := q.OutboxFinalizeMany(ctx, db.OutboxFinalizeManyParams{
+			Ids: []int64{c.ID}, LeaseVersions: []int64{c.LeaseVersion}, LeaseOwners: []string{c.Owner},
+			Outcomes: []string{outcome}, DelaysUs: []int64{0}, Errors: []string{"503"}, MaxDeferAge: time.Hour})
+		if err != nil {
+			return 0, err
+		}
+		return int64(len(got.Ids)), nil
+	}
 }
 
 // A claim lost in a failover (the row went back to the previous

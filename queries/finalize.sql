@@ -80,6 +80,90 @@ done AS (
 SELECT coalesce(array_agg(done.id), '{}')::bigint[] AS ids
   FROM done;
 
+-- OutboxFinalizeMany writes the outcomes of a batch of claimed messages in
+-- one statement, each row fenced by its own token like every write after a
+-- claim (@ids, @lease_versions, @lease_owners, @outcomes, @delays_us and
+-- @errors are parallel arrays). It is the dispatcher's one writer for
+-- failures and hand-backs, next to OutboxMarkDoneMany for batches that only
+-- succeeded, so that a failing receiver costs a statement per batch, not a
+-- transaction per message. Each row's outcome is one of:
+-- * 'done': delivered (as OutboxMarkDoneMany; an ordered row hands its
+--   aggregate on, under the aggregate's advisory lock, see below);
+-- * 'retry': a failure of the message: pending at now() + its delay, the
+--   attempt spent, @errors in last_error (as OutboxReschedule);
+-- * 'defer': a business defer: pending at now() + its delay with the attempt
+--   refunded and 'deferred: ' || its error in last_error, or dead once the
+--   message is older than @max_defer_age (as OutboxDefer);
+-- * 'dead': for a person to look at, @errors in last_error (as
+--   OutboxMarkDead);
+-- * 'release': handed back with the attempt refunded, pending at now() +
+--   its delay: claimed but never started (shutdown, a lease too close to
+--   expiry), or a publish that found the receiver or broker unavailable,
+--   which is no failure of the message. An empty error keeps last_error.
+-- Errors are truncated to 500 characters.
+-- Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
+-- f.status for the same reason).
+-- Returns the ids written and, in the same order, the status each got
+-- ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
+-- empty arrays when nothing was written.
+-- name: OutboxFinalizeMany :one
+WITH handoff_locks AS (
+    -- As OutboxMarkDoneMany: the aggregates of the ordered rows that become
+    -- done, locked first, all at once and in key order through
+    -- outbox_lock_aggregates. @unordered_only = true (the caller knows no
+    -- ordered row becomes done) skips the lookups.
+    SELECT outbox_lock_aggregates(ARRAY(
+            SELECT l.aggregate_id
+              FROM outbox AS l
+             WHERE l.id = ANY (ARRAY(SELECT (@ids::bigint[])[i]
+                                       FROM generate_subscripts(@outcomes::text[], 1) AS i
+                                      WHERE (@outcomes::text[])[i] = 'done'))
+               AND l.ordered
+               AND NOT @unordered_only::boolean)) AS n
+),
+written AS (
+    UPDATE outbox AS o
+       SET status       = CASE
+                              WHEN f.outcome IN ('done', 'dead') THEN f.outcome
+                              WHEN f.outcome = 'defer' AND o.created_at < now() - @max_defer_age::interval THEN 'dead'
+                              ELSE 'pending'
+                          END,
+           done_at      = CASE WHEN f.outcome = 'done' THEN now() ELSE o.done_at END,
+           available_at = CASE
+                              WHEN f.outcome IN ('done', 'dead') THEN o.available_at
+                              WHEN f.outcome = 'defer' AND o.created_at < now() - @max_defer_age::interval THEN o.available_at
+                              ELSE now() + f.delay_us * interval '1 microsecond'
+                          END,
+           last_error   = CASE f.outcome
+                              WHEN 'done' THEN NULL
+                              WHEN 'release' THEN coalesce(nullif(left(f.error, 500), ''), o.last_error)
+                              WHEN 'defer' THEN left(CASE WHEN o.created_at < now() - @max_defer_age::interval
+                                                          THEN 'deferred past max age: ' || f.error
+                                                          ELSE 'deferred: ' || f.error END, 500)
+                              ELSE left(f.error, 500)
+                          END,
+           attempts     = o.attempts - CASE WHEN f.outcome IN ('defer', 'release') THEN 1 ELSE 0 END,
+           lease_owner  = NULL,
+           lease_until  = NULL
+      FROM (SELECT unnest(@ids::bigint[])            AS id,
+                   unnest(@lease_versions::bigint[]) AS lease_version,
+                   unnest(@lease_owners::text[])     AS lease_owner,
+                   unnest(@outcomes::text[])         AS outcome,
+                   unnest(@delays_us::bigint[])      AS delay_us,
+                   unnest(@errors::text[])           AS error,
+                   'processing'::text                AS status) AS f
+     WHERE o.id = f.id
+       AND o.status = f.status
+       AND o.lease_version = f.lease_version
+       AND o.lease_owner = f.lease_owner
+       AND f.outcome IN ('done', 'retry', 'defer', 'dead', 'release')
+       AND (SELECT n FROM handoff_locks) >= 0
+    RETURNING o.id, o.status
+)
+SELECT coalesce(array_agg(written.id), '{}')::bigint[] AS ids,
+       coalesce(array_agg(written.status), '{}')::text[] AS statuses
+  FROM written;
+
 -- OutboxReschedule puts a message back to pending at now() + @delay: a
 -- retryable failure (attempt spent) or a business defer (@refund_attempt gives
 -- the attempt back, since a defer is not a failure). @error is kept in

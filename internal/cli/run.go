@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -96,6 +97,7 @@ type runConfig struct {
 		url, secret string
 		timeout     time.Duration
 		deferStatus int
+		unavailable []int
 	}
 	nats struct {
 		url, subject, expectStream string
@@ -129,6 +131,8 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	f.hidden["http-secret"] = true
 	httpTimeout := f.duration("http-timeout", webhook.TimeoutDefault, "http: bound on one request")
 	httpDefer := f.int64("http-defer-status", webhook.DeferStatusDefault, "http: status (400-599) meaning \"not yet\": defer without spending an attempt")
+	httpUnavailable := f.String("http-unavailable-status", joinInts(webhook.UnavailableStatusDefault),
+		"http: statuses (400-599, comma-separated) meaning the receiver is unavailable, not the message wrong: no attempt spent, and --breaker-threshold of them in a row pause claiming (\"\": none)")
 
 	natsURL := f.String("nats-url", "", "nats: server URL(s), comma-separated (default: $"+envNATSURL+", else "+jetstream.URLDefault+")")
 	f.hidden["nats-url"] = true
@@ -172,6 +176,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	writeTimeout := f.duration("write-timeout", dispatcher.WriteTimeoutDefault, "bound on each attempt of a finalize, hand-back or lease extension (retried with backoff)")
 	reapGrace := f.duration("reap-grace", dispatcher.ReapGraceDefault, "how long after its lease expired a message with every attempt spent is left to its owner before it goes to dead")
 	statsInterval := f.duration("stats-interval", dispatcher.StatsIntervalDefault, "how often the queue gauges are read from the database")
+	breakerThreshold := f.int64("breaker-threshold", dispatcher.BreakerThresholdDefault, "publishes in a row that find the receiver or broker unavailable (connection refused, timeout, HTTP 502/503/504, broker down) before claiming pauses and one message at a time probes it; an unavailable publish spends no attempt (0: off, such publishes spend attempts like any retry)")
+	breakerProbe := f.duration("breaker-probe", dispatcher.BreakerProbeDefault, "wait before the first probe once claiming paused; it doubles after each probe that fails, up to --breaker-probe-max")
+	breakerProbeMax := f.duration("breaker-probe-max", dispatcher.BreakerProbeMaxDefault, "longest wait between probes while the receiver or broker is unavailable")
 
 	metricsAddr := f.String("metrics-addr", "", "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9090 or :9090 (default: off)")
 	healthEvery := f.duration("health-interval", 5*time.Second, "how often /healthz re-checks PostgreSQL and the publisher")
@@ -225,6 +232,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		f.checkPositive("nats-timeout", *natsTimeout),
 		f.checkPositive("amqp-timeout", *amqpTimeout),
 		f.checkPositive("kafka-timeout", *kafkaTimeout),
+		f.checkRange("breaker-threshold", *breakerThreshold, 0, math.MaxInt32),
+		f.checkPositive("breaker-probe", *breakerProbe),
+		f.checkPositive("breaker-probe-max", *breakerProbeMax),
 	}
 	for _, err := range checks {
 		if err != nil {
@@ -248,6 +258,17 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	if *httpDefer < 400 || *httpDefer > 599 {
 		return f.usageError("--http-defer-status must be an HTTP status within 400-599, got %d", *httpDefer)
 	}
+	unavailable, perr := parseStatuses(*httpUnavailable)
+	if perr != nil {
+		return f.usageError("invalid --http-unavailable-status %q: %v", *httpUnavailable, perr)
+	}
+	if *breakerProbeMax < *breakerProbe {
+		return f.usageError("--breaker-probe-max (%s) must be at least --breaker-probe (%s)", *breakerProbeMax, *breakerProbe)
+	}
+	threshold := int(*breakerThreshold)
+	if threshold == 0 {
+		threshold = -1 // off
+	}
 
 	cfg := dispatcher.Config{
 		Owner:             *owner,
@@ -269,6 +290,9 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		ClaimTimeout:      *claimTimeout,
 		WriteTimeout:      *writeTimeout,
 		ReapGrace:         *reapGrace,
+		BreakerThreshold:  threshold,
+		BreakerProbe:      *breakerProbe,
+		BreakerProbeMax:   *breakerProbeMax,
 		Table:             a.table,
 		Schema:            a.schema,
 	}
@@ -335,7 +359,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 		if *httpURL == "" {
 			return f.usageError("--http-url is required with --publisher http (for example https://hooks.example.com/outbox)")
 		}
-		rc.http.url, rc.http.timeout, rc.http.deferStatus = *httpURL, *httpTimeout, int(*httpDefer)
+		rc.http.url, rc.http.timeout, rc.http.deferStatus, rc.http.unavailable = *httpURL, *httpTimeout, int(*httpDefer), unavailable
 		rc.http.secret = *httpSecret
 		if rc.http.secret == "" {
 			rc.http.secret = a.getenv(envHTTPSecret)
@@ -507,8 +531,47 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 	}
 	s := dp.Stats()
 	log.Info("pgoutbox run stopped", slog.Int64("published", s.Published), slog.Int64("retried", s.Retried),
-		slog.Int64("dead", s.Dead), slog.Int64("released", s.Released))
+		slog.Int64("dead", s.Dead), slog.Int64("released", s.Released), slog.Int64("unavailable", s.Unavailable),
+		slog.Int64("breaker_opens", s.BreakerOpens))
 	return nil
+}
+
+// The flags that set each publisher's Config fields: its errors (a
+// message's last_error, the log) name the flag to fix, not the field.
+var (
+	httpFields = map[string]string{"URL": "--http-url", "Secret": "--http-secret ($" + envHTTPSecret + ")", "Timeout": "--http-timeout",
+		"DeferStatus": "--http-defer-status", "UnavailableStatus": "--http-unavailable-status"}
+	natsFields = map[string]string{"URL": "--nats-url", "SubjectTemplate": "--nats-subject", "PublishTimeout": "--nats-timeout",
+		"ExpectStream": "--nats-expect-stream"}
+	amqpFields = map[string]string{"URL": "--amqp-url", "Exchange": "--amqp-exchange", "RoutingKeyTemplate": "--amqp-routing-key",
+		"ConfirmTimeout": "--amqp-timeout"}
+	kafkaFields = map[string]string{"Brokers": "--kafka-brokers", "Topic": "--kafka-topic", "TopicTemplate": "--kafka-topic-template",
+		"ProduceTimeout": "--kafka-timeout"}
+)
+
+// parseStatuses parses a comma-separated list of HTTP statuses within
+// 400-599 ("" is none).
+func parseStatuses(s string) ([]int, error) {
+	out := []int{}
+	for field := range strings.SplitSeq(s, ",") {
+		if field = strings.TrimSpace(field); field == "" {
+			continue
+		}
+		n, err := strconv.Atoi(field)
+		if err != nil || n < 400 || n > 599 {
+			return nil, fmt.Errorf("%q is not an HTTP status within 400-599", field)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // pubSpec builds one kind of publisher.
@@ -524,7 +587,7 @@ func (a *app) publisherSpec(rc runConfig, log *slog.Logger) pubSpec {
 	case "http":
 		return pubSpec{hint: "--http-url, --http-timeout, --http-defer-status", build: func(context.Context) (dispatcher.Publisher, func(), error) {
 			p, err := webhook.New(webhook.Config{URL: rc.http.url, Secret: rc.http.secret, Source: rc.ceSource,
-				Timeout: rc.http.timeout, DeferStatus: rc.http.deferStatus})
+				Timeout: rc.http.timeout, DeferStatus: rc.http.deferStatus, UnavailableStatus: rc.http.unavailable, FieldNames: httpFields})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -533,7 +596,7 @@ func (a *app) publisherSpec(rc runConfig, log *slog.Logger) pubSpec {
 	case "nats":
 		return pubSpec{connects: true, hint: "--nats-url, --nats-subject, --nats-expect-stream", build: func(ctx context.Context) (dispatcher.Publisher, func(), error) {
 			p, err := jetstream.New(ctx, jetstream.Config{URL: rc.nats.url, SubjectTemplate: rc.nats.subject, Source: rc.ceSource,
-				PublishTimeout: rc.nats.timeout, ExpectStream: rc.nats.expectStream, Logger: plog})
+				PublishTimeout: rc.nats.timeout, ExpectStream: rc.nats.expectStream, Logger: plog, FieldNames: natsFields})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -542,7 +605,7 @@ func (a *app) publisherSpec(rc runConfig, log *slog.Logger) pubSpec {
 	case "amqp":
 		return pubSpec{connects: true, hint: "--amqp-url, --amqp-exchange, --amqp-routing-key", build: func(ctx context.Context) (dispatcher.Publisher, func(), error) {
 			p, err := rabbitmq.New(ctx, rabbitmq.Config{URL: rc.amqp.url, Exchange: rc.amqp.exchange, RoutingKeyTemplate: rc.amqp.routingKey,
-				Source: rc.ceSource, ConfirmTimeout: rc.amqp.timeout, Logger: plog})
+				Source: rc.ceSource, ConfirmTimeout: rc.amqp.timeout, Logger: plog, FieldNames: amqpFields})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -551,7 +614,7 @@ func (a *app) publisherSpec(rc runConfig, log *slog.Logger) pubSpec {
 	case "kafka":
 		return pubSpec{hint: "--kafka-brokers, --kafka-topic, --kafka-topic-template", build: func(context.Context) (dispatcher.Publisher, func(), error) {
 			p, err := kafka.New(kafka.Config{Brokers: rc.kafka.brokers, Topic: rc.kafka.topic, TopicTemplate: rc.kafka.template,
-				Source: rc.ceSource, ProduceTimeout: rc.kafka.timeout, Logger: plog})
+				Source: rc.ceSource, ProduceTimeout: rc.kafka.timeout, Logger: plog, FieldNames: kafkaFields})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -632,6 +695,9 @@ func (a *app) startupAttrs(rc runConfig, d *database) []any {
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 		slog.Duration("max_defer_age", c.MaxDeferAge),
 		slog.String("unclassified", []string{"crash", "retry", "dead"}[c.UnclassifiedErrors]),
+		slog.Int("breaker_threshold", max(c.BreakerThreshold, 0)),
+		slog.Duration("breaker_probe", c.BreakerProbe),
+		slog.Duration("breaker_probe_max", c.BreakerProbeMax),
 		slog.Bool("listen", !c.DisableListen),
 	}
 	if c.ListenURL != "" {

@@ -413,14 +413,14 @@ func TestRun_PublisherMisconfigurationExits1BeforeClaiming(t *testing.T) {
 		// noDB: the publisher is checked before the database is contacted
 		noDB bool
 	}{
-		{"http malformed url", []string{"--publisher", "http", "--http-url", "://hooks.example.com"}, "--publisher http is misconfigured: webhook: URL does not parse", true},
-		{"http wrong scheme", []string{"--publisher", "http", "--http-url", "ftp://hooks.example.com/x"}, `--publisher http is misconfigured: webhook: URL must be an absolute http or https URL, got scheme "ftp"; check --http-url`, true},
-		{"http no host", []string{"--publisher", "http", "--http-url", "http:///path"}, "--publisher http is misconfigured: webhook: URL has no host", true},
-		{"kafka bad topic", []string{"--publisher", "kafka", "--kafka-brokers", "127.0.0.1:1", "--kafka-topic", "no spaces allowed"}, "--publisher kafka is misconfigured: kafka: Topic:", true},
-		{"kafka bad template", []string{"--publisher", "kafka", "--kafka-brokers", "127.0.0.1:1", "--kafka-topic-template", "{{.Nope"}, "--publisher kafka is misconfigured: kafka: TopicTemplate:", true},
-		{"amqp malformed url", []string{"--publisher", "amqp", "--amqp-url", "http://rabbit:5672/"}, "--publisher amqp is misconfigured: rabbitmq: Config.URL:", false},
-		{"amqp bad template", []string{"--publisher", "amqp", "--amqp-routing-key", "{{.Nope"}, "--publisher amqp is misconfigured: rabbitmq: Config.RoutingKeyTemplate: parse", false},
-		{"nats bad subject", []string{"--publisher", "nats", "--nats-subject", "orders.>.x"}, "--publisher nats is misconfigured: jetstream: Config.SubjectTemplate:", false},
+		{"http malformed url", []string{"--publisher", "http", "--http-url", "://hooks.example.com"}, "--publisher http is misconfigured: webhook: --http-url does not parse", true},
+		{"http wrong scheme", []string{"--publisher", "http", "--http-url", "ftp://hooks.example.com/x"}, `--publisher http is misconfigured: webhook: --http-url must be an absolute http or https URL, got scheme "ftp"; check --http-url`, true},
+		{"http no host", []string{"--publisher", "http", "--http-url", "http:///path"}, "--publisher http is misconfigured: webhook: --http-url has no host", true},
+		{"kafka bad topic", []string{"--publisher", "kafka", "--kafka-brokers", "127.0.0.1:1", "--kafka-topic", "no spaces allowed"}, "--publisher kafka is misconfigured: kafka: --kafka-topic:", true},
+		{"kafka bad template", []string{"--publisher", "kafka", "--kafka-brokers", "127.0.0.1:1", "--kafka-topic-template", "{{.Nope"}, "--publisher kafka is misconfigured: kafka: --kafka-topic-template:", true},
+		{"amqp malformed url", []string{"--publisher", "amqp", "--amqp-url", "http://rabbit:5672/"}, "--publisher amqp is misconfigured: rabbitmq: --amqp-url:", false},
+		{"amqp bad template", []string{"--publisher", "amqp", "--amqp-routing-key", "{{.Nope"}, "--publisher amqp is misconfigured: rabbitmq: --amqp-routing-key: parse", false},
+		{"nats bad subject", []string{"--publisher", "nats", "--nats-subject", "orders.>.x"}, "--publisher nats is misconfigured: jetstream: --nats-subject:", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

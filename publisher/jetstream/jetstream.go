@@ -35,7 +35,7 @@
 //     delivered): nil.
 //   - No stream bound to the subject (nats.ErrNoResponders, returned by the
 //     client as jetstream.ErrNoStreamResponse after its own short retries):
-//     dispatcher.RetryableAfter(ErrNoStream, Config.NoStreamRetryAfter),
+//     dispatcher.UnavailableAfter(ErrNoStream, Config.NoStreamRetryAfter),
 //     30s by default. See below for why this is not Permanent.
 //   - The subject template fails for this message, or renders a subject that
 //     is not a valid NATS publish subject (empty, an empty token such as
@@ -47,17 +47,21 @@
 //     id (10070), message larger than the stream allows (10054); and the
 //     client's own nats.ErrMaxPayload, nats.ErrBadSubject,
 //     nats.ErrHeadersNotSupported: dispatcher.Permanent.
-//   - Everything else: dispatcher.Retryable. That includes timeouts (the
-//     PubAck did not arrive within Config.PublishTimeout, nats.ErrTimeout,
-//     context.DeadlineExceeded), a cancelled context, a connection that is
-//     closed, disconnected or reconnecting (the publisher does not buffer
-//     while reconnecting: nats.ErrReconnectBufExceeded fails the publish at
-//     once and the outbox row itself is the buffer), an invalid PubAck, and
-//     any other JetStream API error (a stream out of space with
-//     discard=new, no JetStream leader, a duplicate still being processed):
-//     the dispatcher's attempt limit bounds them.
+//   - NATS or JetStream unavailable: dispatcher.Unavailable (no attempt
+//     spent while it is down; the dispatcher's breaker opens and probes it,
+//     docs/failures.md). That is a connection that is closed, disconnected
+//     or reconnecting (the publisher does not buffer while reconnecting:
+//     nats.ErrReconnectBufExceeded fails the publish at once and the outbox
+//     row itself is the buffer), a timeout (the PubAck did not arrive within
+//     Config.PublishTimeout, nats.ErrTimeout, context.DeadlineExceeded), a
+//     cancelled context, and a JetStream API error with code 503 (no
+//     JetStream leader, JetStream or the stream's storage unavailable).
+//   - Everything else: dispatcher.Retryable: an invalid PubAck, and any
+//     other JetStream API error (a stream out of space with discard=new, a
+//     duplicate still being processed): the dispatcher's attempt limit
+//     bounds them.
 //
-// # Why a missing stream is Retryable (after 30s), not Permanent
+// # Why a missing stream is Unavailable (after 30s), not Permanent
 //
 // A subject that no stream listens on is a configuration error that a person
 // must fix, which argues for Permanent. But the same symptom appears, for a
@@ -65,12 +69,14 @@
 // created by the infrastructure a minute after the dispatcher starts, a
 // stream being re-created, or a JetStream cluster electing a stream leader.
 // Permanent would send every message of that window to dead, to be replayed
-// by hand. Retryable with a long minimum delay costs little during a real
-// misconfiguration: each message spends one attempt per NoStreamRetryAfter,
-// the error (wrapping ErrNoStream and naming the subject) is visible in the
-// outbox's last_error and in the logs, and when the attempts are exhausted
-// the messages go to dead anyway. A deployment that prefers to fail fast
-// lowers the dispatcher's attempt limit.
+// by hand. As Unavailable, with a long minimum delay, a missing stream for
+// every message opens the dispatcher's breaker: nothing is spent, the
+// breaker's log line names the error (wrapping ErrNoStream and naming the
+// subject and the setting to fix), and delivery resumes when the stream
+// exists. A missing stream for some subjects only, while others are
+// delivered, is a failure of those messages: each spends one attempt per
+// NoStreamRetryAfter, visible in last_error, and goes to dead when its
+// attempts are exhausted.
 package jetstream
 
 import (
@@ -160,6 +166,11 @@ type Config struct {
 	// asynchronous server errors) and dropped headers. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// FieldNames names this Config's fields in error messages, for a
+	// program whose users set them under other names (the pgoutbox CLI maps
+	// "SubjectTemplate" to "--nats-subject"). A field not in the map is
+	// named "Config." + the field. Defaults to none.
+	FieldNames map[string]string
 	// Options are extra nats.Options applied after the publisher's own,
 	// which they can override: nats.Name("pgoutbox"), nats.MaxReconnects(-1)
 	// (reconnect forever), nats.ReconnectBufSize(-1) (fail publishes while
@@ -194,8 +205,11 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("%w: jetstream: Config.%s: %s", dispatcher.ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+// name is how errors name field (FieldNames).
+func (c *Config) name(field string) string { return cmp.Or(c.FieldNames[field], "Config."+field) }
+
+func (c *Config) invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: jetstream: %s: %s", dispatcher.ErrInvalidConfig, c.name(field), fmt.Sprintf(format, args...))
 }
 
 // validate checks the config (after defaults) and returns the parsed subject
@@ -204,40 +218,40 @@ func (c *Config) validate() (*template.Template, error) {
 	for u := range strings.SplitSeq(c.URL, ",") {
 		u = strings.TrimSpace(u)
 		if u == "" {
-			return nil, invalid("URL", "empty URL in list")
+			return nil, c.invalid("URL", "empty URL in list")
 		}
 		if strings.Contains(u, "://") {
 			if _, err := url.Parse(u); err != nil {
 				// url.Error quotes the whole URL, password included: say
 				// only that it does not parse.
-				return nil, invalid("URL", "%s is not a valid URL", redact.URL(u, true))
+				return nil, c.invalid("URL", "%s is not a valid URL", redact.URL(u, true))
 			}
 		}
 	}
 	tmpl, err := template.New("subject").Option("missingkey=zero").Parse(c.SubjectTemplate)
 	if err != nil {
-		return nil, invalid("SubjectTemplate", "parse: %v", err)
+		return nil, c.invalid("SubjectTemplate", "parse: %v", err)
 	}
 	subject, err := render(tmpl, sampleMessage())
 	if err != nil {
-		return nil, invalid("SubjectTemplate", "execute on a sample message: %v", err)
+		return nil, c.invalid("SubjectTemplate", "execute on a sample message: %v", err)
 	}
 	if err := validSubject(subject); err != nil {
 		// The sample has every field set but no Headers: when the template
 		// reads Headers, an empty token may be a header that real messages
 		// carry, so only Publish can tell.
 		if !errors.Is(err, errEmptyToken) || !strings.Contains(c.SubjectTemplate, ".Headers") {
-			return nil, invalid("SubjectTemplate", "renders %q on a sample message: %v", subject, err)
+			return nil, c.invalid("SubjectTemplate", "renders %q on a sample message: %v", subject, err)
 		}
 	}
 	if c.PublishTimeout < 0 {
-		return nil, invalid("PublishTimeout", "must be positive, got %s", c.PublishTimeout)
+		return nil, c.invalid("PublishTimeout", "must be positive, got %s", c.PublishTimeout)
 	}
 	if c.NoStreamRetryAfter < 0 {
-		return nil, invalid("NoStreamRetryAfter", "must be positive, got %s", c.NoStreamRetryAfter)
+		return nil, c.invalid("NoStreamRetryAfter", "must be positive, got %s", c.NoStreamRetryAfter)
 	}
 	if c.ExpectStream != "" && strings.ContainsAny(c.ExpectStream, " \t\r\n.*>/\\") {
-		return nil, invalid("ExpectStream", "%q is not a valid stream name (no spaces, '.', '*', '>', '/' or '\\')", c.ExpectStream)
+		return nil, c.invalid("ExpectStream", "%q is not a valid stream name (no spaces, '.', '*', '>', '/' or '\\')", c.ExpectStream)
 	}
 	return tmpl, nil
 }
@@ -281,8 +295,8 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, append(opts, cfg.Options...)...)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: connect to %s: %w (check that nats-server is running with JetStream enabled, -js, and that Config.URL is right)",
-			p.url, p.scrub(err))
+		return nil, fmt.Errorf("jetstream: connect to %s: %w (check that nats-server is running with JetStream enabled, -js, and that %s is right)",
+			p.url, p.scrub(err), cfg.name("URL"))
 	}
 	js, err := natsjs.New(nc)
 	if err != nil {
@@ -299,7 +313,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 	subject, err := render(p.subject, msg)
 	if err != nil {
-		return dispatcher.Permanent(fmt.Errorf("%w: SubjectTemplate for message %s: %v", ErrInvalidSubject, msg.ID, err))
+		return dispatcher.Permanent(fmt.Errorf("%w: %s for message %s: %v", ErrInvalidSubject, p.cfg.name("SubjectTemplate"), msg.ID, err))
 	}
 	if err := validSubject(subject); err != nil {
 		return dispatcher.Permanent(fmt.Errorf("%w: %q for message %s: %v", ErrInvalidSubject, subject, msg.ID, err))
@@ -330,8 +344,8 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 func (p *Publisher) classify(err error, subject string) error {
 	err = p.scrub(err)
 	if errors.Is(err, natsjs.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return dispatcher.RetryableAfter(fmt.Errorf("%w %q (create a stream whose subjects match it, or fix Config.SubjectTemplate): %w",
-			ErrNoStream, subject, err), p.cfg.NoStreamRetryAfter)
+		return dispatcher.UnavailableAfter(fmt.Errorf("%w %q (create a stream whose subjects match it, or fix %s): %w",
+			ErrNoStream, subject, p.cfg.name("SubjectTemplate"), err), p.cfg.NoStreamRetryAfter)
 	}
 	var apiErr *natsjs.APIError
 	if errors.As(err, &apiErr) {
@@ -343,11 +357,17 @@ func (p *Publisher) classify(err error, subject string) error {
 			errCodeStreamMessageExceedsMaximum:
 			return dispatcher.Permanent(fmt.Errorf("jetstream: publish to %q: %w", subject, err))
 		}
+		if apiErr.Code == 503 {
+			return dispatcher.Unavailable(fmt.Errorf("jetstream: publish to %q: %w", subject, err))
+		}
 		return dispatcher.Retryable(fmt.Errorf("jetstream: publish to %q: %w", subject, err))
 	}
 	switch {
-	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
-		return dispatcher.Retryable(fmt.Errorf("jetstream: publish to %q: not connected to %s, reconnecting: %w", subject, p.url, err))
+	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrDisconnected):
+		return dispatcher.Unavailable(fmt.Errorf("jetstream: publish to %q: not connected to %s: %w", subject, p.url, err))
+	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return dispatcher.Unavailable(fmt.Errorf("jetstream: publish to %q: no acknowledgement from %s: %w", subject, p.url, err))
 	case errors.Is(err, nats.ErrMaxPayload),
 		errors.Is(err, nats.ErrBadSubject),
 		errors.Is(err, nats.ErrHeadersNotSupported):
@@ -382,14 +402,14 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	}
 	if p.cfg.ExpectStream != "" {
 		if _, err := p.js.Stream(ctx, p.cfg.ExpectStream); err != nil {
-			return fmt.Errorf("jetstream: Config.ExpectStream %q: %w", p.cfg.ExpectStream, p.scrub(err))
+			return fmt.Errorf("jetstream: %s %q: %w", p.cfg.name("ExpectStream"), p.cfg.ExpectStream, p.scrub(err))
 		}
 	}
 	return nil
 }
 
-// Close closes the connection. Publish fails with a Retryable error after
-// Close. It is safe to call more than once.
+// Close closes the connection. Publish fails with an Unavailable error
+// after Close. It is safe to call more than once.
 func (p *Publisher) Close() error {
 	p.nc.Close()
 	return nil

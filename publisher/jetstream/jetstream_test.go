@@ -205,19 +205,19 @@ func TestPublish_RepublishIsDroppedByDuplicateWindowAndReturnsNil(t *testing.T) 
 	}
 }
 
-func TestPublish_NoStreamForSubjectIsRetryableAfterNoStreamDelay(t *testing.T) {
+func TestPublish_NoStreamForSubjectIsUnavailableAfterNoStreamDelay(t *testing.T) {
 	t.Parallel()
 	setup(t) // fails the test when the server is missing
 	p := newPublisher(t, Config{SubjectTemplate: "pgoutbox.nostream." + randSuffix(t) + ".{{.EventType}}"})
 
 	err := publish(t, p, testMessage(1))
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("Publish = %v; want a RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("Publish = %v; want an UnavailableError", err)
 	}
-	if re.After != NoStreamRetryAfterDefault {
-		t.Fatalf("After = %s; want %s", re.After, NoStreamRetryAfterDefault)
+	if ue.After != NoStreamRetryAfterDefault {
+		t.Fatalf("After = %s; want %s", ue.After, NoStreamRetryAfterDefault)
 	}
 	if !errors.Is(err, ErrNoStream) {
 		t.Fatalf("Publish = %v; want it to wrap ErrNoStream", err)
@@ -330,7 +330,7 @@ func TestPublish_ConcurrentPublishesAreAllStored(t *testing.T) {
 	}
 }
 
-func TestPublish_ServerUnreachableIsRetryableAndSucceedsAfterReconnect(t *testing.T) {
+func TestPublish_ServerUnreachableIsUnavailableAndSucceedsAfterReconnect(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	u, err := url.Parse(natsURL())
@@ -353,9 +353,9 @@ func TestPublish_ServerUnreachableIsRetryableAndSucceedsAfterReconnect(t *testin
 	msg := testMessage(2)
 	start := time.Now()
 	err = publish(t, p, msg)
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("Publish while down = %v; want a RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("Publish while down = %v; want an UnavailableError", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("Publish while down took %s; want at most PublishTimeout", d)
@@ -372,8 +372,8 @@ func TestPublish_ServerUnreachableIsRetryableAndSucceedsAfterReconnect(t *testin
 		if err == nil {
 			break
 		}
-		if !errors.As(err, &re) {
-			t.Fatalf("Publish after Up = %v; want nil or Retryable while reconnecting", err)
+		if !errors.As(err, &ue) {
+			t.Fatalf("Publish after Up = %v; want nil or Unavailable while reconnecting", err)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("Publish still failing 20s after Up: %v", err)
@@ -401,16 +401,16 @@ func TestPing_ChecksJetStreamAndExpectedStream(t *testing.T) {
 	}
 }
 
-func TestPublish_AfterCloseIsRetryable(t *testing.T) {
+func TestPublish_AfterCloseIsUnavailable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := newPublisher(t, Config{SubjectTemplate: b.prefix + ".{{.EventType}}"})
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	var re *dispatcher.RetryableError
-	if err := publish(t, p, testMessage(1)); !errors.As(err, &re) {
-		t.Fatalf("Publish after Close = %v; want a RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if err := publish(t, p, testMessage(1)); !errors.As(err, &ue) {
+		t.Fatalf("Publish after Close = %v; want an UnavailableError", err)
 	}
 }
 
@@ -481,22 +481,25 @@ func TestClassify_MapsClientErrors(t *testing.T) {
 	apiErr := func(code natsjs.ErrorCode) error {
 		return fmt.Errorf("nats: %w", &natsjs.APIError{Code: 400, ErrorCode: code, Description: "x"})
 	}
+	unavailableAPI := fmt.Errorf("nats: %w", &natsjs.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"})
 	const (
-		retryable = "retryable"
-		permanent = "permanent"
+		retryable   = "retryable"
+		permanent   = "permanent"
+		unavailable = "unavailable"
 	)
 	for name, tc := range map[string]struct {
 		err   error
 		class string
 	}{
-		"no stream response":      {natsjs.ErrNoStreamResponse, retryable},
-		"no responders":           {nats.ErrNoResponders, retryable},
-		"timeout":                 {nats.ErrTimeout, retryable},
-		"deadline":                {context.DeadlineExceeded, retryable},
-		"canceled":                {context.Canceled, retryable},
-		"connection closed":       {nats.ErrConnectionClosed, retryable},
-		"reconnecting":            {nats.ErrConnectionReconnecting, retryable},
-		"reconnect buffer":        {nats.ErrReconnectBufExceeded, retryable},
+		"no stream response":      {natsjs.ErrNoStreamResponse, unavailable},
+		"no responders":           {nats.ErrNoResponders, unavailable},
+		"timeout":                 {nats.ErrTimeout, unavailable},
+		"deadline":                {context.DeadlineExceeded, unavailable},
+		"canceled":                {context.Canceled, unavailable},
+		"connection closed":       {nats.ErrConnectionClosed, unavailable},
+		"reconnecting":            {nats.ErrConnectionReconnecting, unavailable},
+		"reconnect buffer":        {nats.ErrReconnectBufExceeded, unavailable},
+		"jetstream unavailable":   {unavailableAPI, unavailable},
 		"invalid ack":             {natsjs.ErrInvalidJSAck, retryable},
 		"stream store failed":     {apiErr(10077), retryable},
 		"stream not match":        {apiErr(10060), permanent},
@@ -512,8 +515,10 @@ func TestClassify_MapsClientErrors(t *testing.T) {
 			got := p.classify(tc.err, "a.b")
 			var re *dispatcher.RetryableError
 			var pe *dispatcher.PermanentError
+			var ue *dispatcher.UnavailableError
 			switch {
-			case errors.As(got, &re) && tc.class == retryable, errors.As(got, &pe) && tc.class == permanent:
+			case errors.As(got, &re) && tc.class == retryable, errors.As(got, &pe) && tc.class == permanent,
+				errors.As(got, &ue) && tc.class == unavailable:
 			default:
 				t.Fatalf("classify(%v) = %v; want %s", tc.err, got, tc.class)
 			}

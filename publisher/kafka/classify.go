@@ -1,9 +1,12 @@
 package kafka
 
 import (
+	"context"
 	"errors"
+	"net"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
@@ -21,6 +24,19 @@ var permanent = []*kerr.Error{
 	// reloads metadata and the next attempt reaches the topic.
 }
 
+// unavailable are the broker errors that say the cluster (or the
+// partition's leader) cannot take records now, whatever the record.
+var unavailable = []*kerr.Error{
+	kerr.BrokerNotAvailable,
+	kerr.LeaderNotAvailable,
+	kerr.NotLeaderForPartition,
+	kerr.RequestTimedOut,
+	kerr.NetworkException,
+	kerr.NotEnoughReplicas,
+	kerr.NotEnoughReplicasAfterAppend,
+	kerr.KafkaStorageError,
+}
+
 // classify maps a produce error to the dispatcher's classification (see the
 // package documentation).
 func classify(err error) error {
@@ -31,6 +47,16 @@ func classify(err error) error {
 		if errors.Is(err, k) {
 			return dispatcher.Permanent(err)
 		}
+	}
+	for _, k := range unavailable {
+		if errors.Is(err, k) {
+			return dispatcher.Unavailable(err)
+		}
+	}
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrClientClosed) || errors.As(err, &netErr) {
+		return dispatcher.Unavailable(err)
 	}
 	return dispatcher.Retryable(err)
 }

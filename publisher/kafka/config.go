@@ -54,7 +54,15 @@ type Config struct {
 	// when the logger is enabled at slog.LevelDebug. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// FieldNames names this Config's fields in error messages, for a
+	// program whose users set them under other names (the pgoutbox CLI maps
+	// "TopicTemplate" to "--kafka-topic-template"). A field not in the map
+	// is named as in Go. Defaults to none.
+	FieldNames map[string]string
 }
+
+// name is how errors name field (FieldNames).
+func (c Config) name(field string) string { return cmp.Or(c.FieldNames[field], field) }
 
 func (c Config) withDefaults() Config {
 	c.ProduceTimeout = cmp.Or(c.ProduceTimeout, ProduceTimeoutDefault)
@@ -68,36 +76,36 @@ func (c Config) withDefaults() Config {
 // template, nil when there is none.
 func (c Config) validate() (*template.Template, error) {
 	if len(c.Brokers) == 0 {
-		return nil, invalid("Brokers is required")
+		return nil, invalid("%s is required", c.name("Brokers"))
 	}
 	if slices.Contains(c.Brokers, "") {
-		return nil, invalid("Brokers must not contain an empty address")
+		return nil, invalid("%s must not contain an empty address", c.name("Brokers"))
 	}
 	if c.Topic == "" && c.TopicTemplate == "" {
-		return nil, invalid("Topic is required when TopicTemplate is empty")
+		return nil, invalid("%s is required when %s is empty", c.name("Topic"), c.name("TopicTemplate"))
 	}
 	if c.Topic != "" {
 		if err := validTopic(c.Topic); err != nil {
-			return nil, invalid("Topic: %v", err)
+			return nil, invalid("%s: %v", c.name("Topic"), err)
 		}
 	}
 	if c.ProduceTimeout < 0 {
-		return nil, invalid("ProduceTimeout must not be negative, got %s", c.ProduceTimeout)
+		return nil, invalid("%s must not be negative, got %s", c.name("ProduceTimeout"), c.ProduceTimeout)
 	}
 	if c.TopicTemplate == "" {
 		return nil, nil
 	}
 	tmpl, err := parseTopicTemplate(c.TopicTemplate)
 	if err != nil {
-		return nil, invalid("TopicTemplate: %v", err)
+		return nil, invalid("%s: %v", c.name("TopicTemplate"), err)
 	}
 	topic, err := renderTopic(tmpl, sampleMessage())
 	if err != nil {
-		return nil, invalid("TopicTemplate: on a sample message: %v", err)
+		return nil, invalid("%s: on a sample message: %v", c.name("TopicTemplate"), err)
 	}
 	if topic != "" {
 		if err := validTopic(topic); err != nil {
-			return nil, invalid("TopicTemplate: on a sample message: %v", err)
+			return nil, invalid("%s: on a sample message: %v", c.name("TopicTemplate"), err)
 		}
 	}
 	return tmpl, nil

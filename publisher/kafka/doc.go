@@ -55,14 +55,19 @@
 //     shorter than that yields a Retryable deadline instead), and a topic the
 //     template renders empty with no Config.Topic to fall back on, or
 //     renders to an invalid name, or fails to render for this message.
+//   - dispatcher.Unavailable, the cluster cannot take records now (no
+//     attempt spent while it is down; the dispatcher's breaker opens and
+//     probes it, docs/failures.md): kerr.BrokerNotAvailable,
+//     LeaderNotAvailable, NotLeaderForPartition, RequestTimedOut,
+//     NetworkException, NotEnoughReplicas, NotEnoughReplicasAfterAppend and
+//     KafkaStorageError, the context deadline (Config.ProduceTimeout) and
+//     cancellation by the caller, kgo.ErrRecordTimeout, kgo.ErrClientClosed
+//     (Publish after Close) and connection-level errors (dial failures,
+//     broken connections).
 //   - dispatcher.Retryable, everything else: every other kerr error
-//     (whether kerr.IsRetriable reports it or not: NOT_ENOUGH_REPLICAS,
-//     leadership changes, and also CLUSTER_AUTHORIZATION_FAILED or
-//     sequence errors, which an operator can fix), context deadline
-//     (Config.ProduceTimeout) and cancellation by the caller,
-//     kgo.ErrRecordTimeout, kgo.ErrClientClosed (Publish after Close) and
-//     connection-level errors (dial failures, broken connections).
-//     kerr.UnknownTopicID is Retryable too: the topic was deleted and
+//     (whether kerr.IsRetriable reports it or not, among them
+//     CLUSTER_AUTHORIZATION_FAILED or sequence errors, which an operator
+//     can fix). kerr.UnknownTopicID is Retryable too: the topic was deleted and
 //     recreated (or the cluster replaced) and franz-go keeps failing the
 //     old topic id, so Publish purges the topic from the producer
 //     (PurgeTopicsFromProducing) and the next attempt uses the new id
@@ -76,7 +81,7 @@
 //     Config.ClientOptions to shorten it. An application that requires
 //     franz-go v1.22 or later gets the immediate failure and retry.
 //
-// A Retryable error carries no minimum delay: the dispatcher's backoff
-// decides. Errors name the topic; they never contain SASL credentials or
+// A Retryable or Unavailable error carries no minimum delay: the
+// dispatcher's backoff (or breaker) decides. Errors name the topic; they never contain SASL credentials or
 // payloads.
 package kafka

@@ -53,11 +53,11 @@ func New(cfg Config) (*Publisher, error) {
 	opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
 	client, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, invalid("Brokers or ClientOptions rejected by the client: %v", err)
+		return nil, invalid("%s or %s rejected by the client: %v", cfg.name("Brokers"), cfg.name("ClientOptions"), err)
 	}
 	if disabled, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); disabled {
 		client.Close()
-		return nil, invalid("ClientOptions must not disable idempotent writes")
+		return nil, invalid("%s must not disable idempotent writes", cfg.name("ClientOptions"))
 	}
 	return &Publisher{cfg: cfg, tmpl: tmpl, client: client}, nil
 }
@@ -106,7 +106,7 @@ func (p *Publisher) Ping(ctx context.Context) error {
 }
 
 // Close flushes buffered records (bounded by Config.ProduceTimeout) and
-// closes the client. Publish after Close returns a Retryable error. Close is
+// closes the client. Publish after Close returns an Unavailable error. Close is
 // idempotent and returns the flush error, if any.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {

@@ -329,7 +329,7 @@ func TestPublish_UnknownTopicIsPermanent(t *testing.T) {
 	}
 }
 
-func TestPublish_ClusterDownIsRetryable(t *testing.T) {
+func TestPublish_ClusterDownIsUnavailable(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	p := newPublisher(t, Config{Brokers: c.ListenAddrs(), Topic: testTopic, ProduceTimeout: 500 * time.Millisecond})
@@ -342,16 +342,16 @@ func TestPublish_ClusterDownIsRetryable(t *testing.T) {
 	err := p.Publish(context.Background(), testMessage(2, "o-1"))
 	elapsed := time.Since(start)
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("err = %v, want RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("err = %v, want UnavailableError", err)
 	}
 	if elapsed > 5*time.Second {
 		t.Errorf("Publish took %s, want about the 500ms ProduceTimeout", elapsed)
 	}
 }
 
-func TestPublish_UnreachableBrokerIsRetryable(t *testing.T) {
+func TestPublish_UnreachableBrokerIsUnavailable(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	addrs := c.ListenAddrs()
@@ -360,16 +360,16 @@ func TestPublish_UnreachableBrokerIsRetryable(t *testing.T) {
 
 	err := p.Publish(context.Background(), testMessage(1, "o-1"))
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("err = %v, want RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("err = %v, want UnavailableError", err)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want the ProduceTimeout deadline in the chain", err)
 	}
 }
 
-func TestPublish_CallerCancellationIsRetryable(t *testing.T) {
+func TestPublish_CallerCancellationIsUnavailable(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	addrs := c.ListenAddrs()
@@ -380,13 +380,13 @@ func TestPublish_CallerCancellationIsRetryable(t *testing.T) {
 
 	err := p.Publish(ctx, testMessage(1, "o-1"))
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("err = %v, want RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("err = %v, want UnavailableError", err)
 	}
 }
 
-func TestPublish_AfterCloseIsRetryable(t *testing.T) {
+func TestPublish_AfterCloseIsUnavailable(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	p := newPublisher(t, Config{Brokers: c.ListenAddrs(), Topic: testTopic})
@@ -399,9 +399,9 @@ func TestPublish_AfterCloseIsRetryable(t *testing.T) {
 
 	err := p.Publish(context.Background(), testMessage(1, "o-1"))
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) || !errors.Is(err, kgo.ErrClientClosed) {
-		t.Fatalf("err = %v, want RetryableError wrapping ErrClientClosed", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) || !errors.Is(err, kgo.ErrClientClosed) {
+		t.Fatalf("err = %v, want UnavailableError wrapping ErrClientClosed", err)
 	}
 }
 
@@ -459,9 +459,12 @@ func TestPublish_ClusterDownThenBackIsRetriedAndDelivered(t *testing.T) {
 	c.Close()
 
 	err = p.Publish(context.Background(), testMessage(2, "o-1"))
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("Publish while down: err = %v, want RetryableError", err)
+	var (
+		re *dispatcher.RetryableError
+		ue *dispatcher.UnavailableError
+	)
+	if !errors.As(err, &ue) {
+		t.Fatalf("Publish while down: err = %v, want UnavailableError", err)
 	}
 
 	// A new cluster on the same address: its topic has a new topic id, as
@@ -476,8 +479,8 @@ func TestPublish_ClusterDownThenBackIsRetriedAndDelivered(t *testing.T) {
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
-		if !errors.As(err, &re) {
-			t.Fatalf("Publish while coming back: err = %v, want RetryableError", err)
+		if !errors.As(err, &re) && !errors.As(err, &ue) {
+			t.Fatalf("Publish while coming back: err = %v, want UnavailableError or RetryableError (the stale topic id)", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

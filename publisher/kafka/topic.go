@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,7 +39,8 @@ func (p *Publisher) topicFor(msg dispatcher.Message) (string, error) {
 	}
 	if topic == "" {
 		if p.cfg.Topic == "" {
-			return "", errors.New("kafka: topic template rendered an empty topic and Config.Topic is not set")
+			return "", fmt.Errorf("kafka: %s rendered an empty topic and %s is not set",
+				cmp.Or(p.cfg.FieldNames["TopicTemplate"], "the topic template"), cmp.Or(p.cfg.FieldNames["Topic"], "Config.Topic"))
 		}
 		return p.cfg.Topic, nil
 	}

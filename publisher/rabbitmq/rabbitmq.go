@@ -34,11 +34,11 @@
 // closed (for example 404 for a missing exchange), or one whose publish timed
 // out, is thrown away; the next publish opens a new one on the same
 // connection. When the connection itself is lost, the publishes in flight
-// fail with a Retryable error and the next Publish (or Ping) dials again,
+// fail with an Unavailable error and the next Publish (or Ping) dials again,
 // one goroutine at a time, with exponential backoff between failed dials
 // (Config.ReconnectDelay up to Config.MaxReconnectDelay). A Publish never
 // waits longer than its context and Config.ConfirmTimeout: when the next dial
-// is not due before then, it fails at once with a Retryable error.
+// is not due before then, it fails at once with an Unavailable error.
 //
 // # Error mapping
 //
@@ -63,14 +63,18 @@
 //   - basic.nack (the broker could not take responsibility for the message,
 //     for example a queue at x-max-length with x-overflow=reject-publish):
 //     dispatcher.Retryable wrapping ErrNacked.
-//   - No confirm within Config.ConfirmTimeout or the caller's context:
-//     dispatcher.Retryable (the channel is thrown away; the message may
-//     still have been routed, and the consumer deduplicates on message_id).
-//   - Connection lost, channel closed with any other code, not connected
-//     and the next dial not yet due, a failed dial, the connection blocked
-//     by a broker resource alarm (connection.blocked), the Publisher closed:
-//     dispatcher.Retryable (ErrNotConnected, ErrBlocked, ErrClosed or the
-//     client's error).
+//   - The broker unavailable: dispatcher.Unavailable (no attempt spent while
+//     it is down; the dispatcher's breaker opens and probes it,
+//     docs/failures.md). That is a connection lost or refused (not
+//     connected and the next dial not yet due, a failed dial), a connection
+//     closed by the broker (320 CONNECTION_FORCED: a broker shutting down;
+//     506 RESOURCE_ERROR, 541 INTERNAL_ERROR), the connection blocked by a
+//     broker resource alarm (connection.blocked), no confirm within
+//     Config.ConfirmTimeout or the caller's context (the channel is thrown
+//     away; the message may still have been routed, and the consumer
+//     deduplicates on message_id), and the Publisher closed (ErrNotConnected,
+//     ErrBlocked, ErrClosed or the client's error).
+//   - A channel closed with any other code: dispatcher.Retryable.
 package rabbitmq
 
 import (
@@ -177,6 +181,11 @@ type Config struct {
 	// Logger receives connection events (lost, reconnected, failed dials,
 	// blocked) and dropped headers. Defaults to slog.Default().
 	Logger *slog.Logger
+	// FieldNames names this Config's fields in error messages, for a
+	// program whose users set them under other names (the pgoutbox CLI maps
+	// "Exchange" to "--amqp-exchange"). A field not in the map is named
+	// "Config." + the field. Defaults to none.
+	FieldNames map[string]string
 }
 
 // Publisher publishes outbox messages to RabbitMQ. It is safe for concurrent
@@ -230,29 +239,32 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("%w: rabbitmq: Config.%s: %s", dispatcher.ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+// name is how errors name field (FieldNames).
+func (c *Config) name(field string) string { return cmp.Or(c.FieldNames[field], "Config."+field) }
+
+func (c *Config) invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: rabbitmq: %s: %s", dispatcher.ErrInvalidConfig, c.name(field), fmt.Sprintf(format, args...))
 }
 
 // validate checks the config (after defaults) and returns the parsed routing
 // key template.
 func (c *Config) validate() (*template.Template, error) {
 	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return nil, invalid("URL", "%s: %v", redact.URL(c.URL, false), redact.Error(err, c.URL, false))
+		return nil, c.invalid("URL", "%s: %v", redact.URL(c.URL, false), redact.Error(err, c.URL, false))
 	}
 	if len(c.Exchange) > 255 {
-		return nil, invalid("Exchange", "longer than 255 bytes")
+		return nil, c.invalid("Exchange", "longer than 255 bytes")
 	}
 	tmpl, err := template.New("routing key").Option("missingkey=zero").Parse(c.RoutingKeyTemplate)
 	if err != nil {
-		return nil, invalid("RoutingKeyTemplate", "parse: %v", err)
+		return nil, c.invalid("RoutingKeyTemplate", "parse: %v", err)
 	}
 	key, err := render(tmpl, sampleMessage())
 	if err != nil {
-		return nil, invalid("RoutingKeyTemplate", "execute on a sample message: %v", err)
+		return nil, c.invalid("RoutingKeyTemplate", "execute on a sample message: %v", err)
 	}
 	if len(key) > 255 {
-		return nil, invalid("RoutingKeyTemplate", "renders %d bytes on a sample message; the limit is 255", len(key))
+		return nil, c.invalid("RoutingKeyTemplate", "renders %d bytes on a sample message; the limit is 255", len(key))
 	}
 	for _, d := range []struct {
 		field string
@@ -264,14 +276,14 @@ func (c *Config) validate() (*template.Template, error) {
 		{"MaxReconnectDelay", c.MaxReconnectDelay},
 	} {
 		if d.v < 0 {
-			return nil, invalid(d.field, "must be positive, got %s", d.v)
+			return nil, c.invalid(d.field, "must be positive, got %s", d.v)
 		}
 	}
 	if c.MaxReconnectDelay < c.ReconnectDelay {
-		return nil, invalid("MaxReconnectDelay", "%s is less than ReconnectDelay %s", c.MaxReconnectDelay, c.ReconnectDelay)
+		return nil, c.invalid("MaxReconnectDelay", "%s is less than ReconnectDelay %s", c.MaxReconnectDelay, c.ReconnectDelay)
 	}
 	if c.MaxIdleChannels < 0 {
-		return nil, invalid("MaxIdleChannels", "must be positive, got %d", c.MaxIdleChannels)
+		return nil, c.invalid("MaxIdleChannels", "must be positive, got %d", c.MaxIdleChannels)
 	}
 	return tmpl, nil
 }
@@ -295,7 +307,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	c, err := p.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: connect to %s: %w (check that RabbitMQ is running and that Config.URL, its credentials and vhost are right)", p.url, err)
+		return nil, fmt.Errorf("rabbitmq: connect to %s: %w (check that RabbitMQ is running and that %s, its credentials and vhost are right)", p.url, err, cfg.name("URL"))
 	}
 	p.cur = c
 	p.log.Debug("rabbitmq: publisher connected", slog.String("url", p.url))
@@ -307,7 +319,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 	key, err := render(p.key, msg)
 	if err != nil {
-		return dispatcher.Permanent(fmt.Errorf("%w: RoutingKeyTemplate for message %s: %v", ErrInvalidRoutingKey, msg.ID, err))
+		return dispatcher.Permanent(fmt.Errorf("%w: %s for message %s: %v", ErrInvalidRoutingKey, p.cfg.name("RoutingKeyTemplate"), msg.ID, err))
 	}
 	if len(key) > 255 {
 		return dispatcher.Permanent(fmt.Errorf("%w: %d bytes for message %s; the limit is 255", ErrInvalidRoutingKey, len(key), msg.ID))
@@ -318,11 +330,11 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 	defer cancel()
 	c, ch, err := p.acquire(ctx)
 	if err != nil {
-		return p.retryable(err)
+		return p.unavailable(err)
 	}
 	if reason := c.blocked.Load(); reason != nil {
 		p.release(c, ch)
-		return dispatcher.Retryable(fmt.Errorf("%w (%s)", ErrBlocked, *reason))
+		return dispatcher.Unavailable(fmt.Errorf("%w (%s)", ErrBlocked, *reason))
 	}
 
 	drainReturns(ch.returns)
@@ -335,7 +347,7 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 	case <-dc.Done():
 	case <-ctx.Done():
 		p.discard(ch)
-		return dispatcher.Retryable(fmt.Errorf("rabbitmq: no confirm for message %s to exchange %q within %s: %w",
+		return dispatcher.Unavailable(fmt.Errorf("rabbitmq: no confirm for message %s to exchange %q within %s: %w",
 			msg.ID, p.cfg.Exchange, p.cfg.ConfirmTimeout, ctx.Err()))
 	}
 
@@ -384,32 +396,41 @@ func (p *Publisher) closeError(err error, key string) error {
 	}
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) {
-		return classifyAMQPError(amqpErr, p.cfg.Exchange, key)
+		return classifyAMQPError(amqpErr, p.cfg.Exchange, key, p.cfg.name("Exchange"))
 	}
-	return dispatcher.Retryable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", p.cfg.Exchange, redact.Error(err, p.cfg.URL, false)))
+	return dispatcher.Unavailable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", p.cfg.Exchange, redact.Error(err, p.cfg.URL, false)))
 }
 
-// classifyAMQPError maps a channel or connection exception.
-func classifyAMQPError(e *amqp.Error, exchange, key string) error {
+// classifyAMQPError maps a channel or connection exception; exchangeField
+// names the setting of the exchange.
+func classifyAMQPError(e *amqp.Error, exchange, key, exchangeField string) error {
 	switch e.Code {
 	case amqp.NotFound:
-		return dispatcher.Permanent(fmt.Errorf("%w: %q (declare it, or fix Config.Exchange): %w", ErrExchangeNotFound, exchange, e))
+		return dispatcher.Permanent(fmt.Errorf("%w: %q (declare it, or fix %s): %w", ErrExchangeNotFound, exchange, exchangeField, e))
 	case amqp.AccessRefused, amqp.PreconditionFailed:
 		return dispatcher.Permanent(fmt.Errorf("rabbitmq: publish to exchange %q, routing key %q: %w", exchange, key, e))
+	case amqp.ConnectionForced, amqp.ResourceError, amqp.InternalError:
+		// The broker closed the connection: shutting down, out of a
+		// resource, or failing itself.
+		return dispatcher.Unavailable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", exchange, e))
+	}
+	if e == amqp.ErrClosed {
+		// The client's "channel/connection is not open": the connection went away.
+		return dispatcher.Unavailable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", exchange, e))
 	}
 	return dispatcher.Retryable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", exchange, e))
 }
 
-// retryable wraps an error from acquire (no usable connection or channel).
-func (p *Publisher) retryable(err error) error {
-	var re *dispatcher.RetryableError
-	if errors.As(err, &re) {
+// unavailable wraps an error from acquire (no usable connection or channel).
+func (p *Publisher) unavailable(err error) error {
+	var ue *dispatcher.UnavailableError
+	if errors.As(err, &ue) {
 		return err
 	}
 	if errors.Is(err, ErrClosed) {
-		return dispatcher.Retryable(err)
+		return dispatcher.Unavailable(err)
 	}
-	return dispatcher.Retryable(fmt.Errorf("%w to %s: %w", ErrNotConnected, p.url, redact.Error(err, p.cfg.URL, false)))
+	return dispatcher.Unavailable(fmt.Errorf("%w to %s: %w", ErrNotConnected, p.url, redact.Error(err, p.cfg.URL, false)))
 }
 
 // publishing builds the AMQP message of msg.
@@ -460,7 +481,7 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	}
 	c, ch, err := p.acquire(ctx)
 	if err != nil {
-		return p.retryable(err)
+		return p.unavailable(err)
 	}
 	if reason := c.blocked.Load(); reason != nil {
 		p.release(c, ch)
@@ -476,15 +497,15 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	case err = <-done:
 	case <-ctx.Done():
 		p.discard(ch)
-		return fmt.Errorf("rabbitmq: check Config.Exchange %q: %w", p.cfg.Exchange, ctx.Err())
+		return fmt.Errorf("rabbitmq: check %s %q: %w", p.cfg.name("Exchange"), p.cfg.Exchange, ctx.Err())
 	}
 	if err != nil {
 		p.discard(ch)
 		var amqpErr *amqp.Error
 		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
-			return fmt.Errorf("%w: Config.Exchange %q: %w", ErrExchangeNotFound, p.cfg.Exchange, err)
+			return fmt.Errorf("%w: %s %q: %w", ErrExchangeNotFound, p.cfg.name("Exchange"), p.cfg.Exchange, err)
 		}
-		return fmt.Errorf("rabbitmq: check Config.Exchange %q: %w", p.cfg.Exchange, redact.Error(err, p.cfg.URL, false))
+		return fmt.Errorf("rabbitmq: check %s %q: %w", p.cfg.name("Exchange"), p.cfg.Exchange, redact.Error(err, p.cfg.URL, false))
 	}
 	p.release(c, ch)
 	return nil
@@ -562,7 +583,7 @@ func (p *Publisher) reconnect(ctx context.Context) error {
 
 	if wait > 0 {
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			return dispatcher.RetryableAfter(fmt.Errorf("%w to %s: next reconnection attempt in %s",
+			return dispatcher.UnavailableAfter(fmt.Errorf("%w to %s: next reconnection attempt in %s",
 				ErrNotConnected, p.url, wait.Round(time.Millisecond)), wait)
 		}
 		t := time.NewTimer(wait)

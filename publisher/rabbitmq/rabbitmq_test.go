@@ -165,6 +165,11 @@ func isRetryable(err error) bool {
 	return errors.As(err, &re)
 }
 
+func isUnavailable(err error) bool {
+	var ue *dispatcher.UnavailableError
+	return errors.As(err, &ue)
+}
+
 func isPermanent(err error) bool {
 	var pe *dispatcher.PermanentError
 	return errors.As(err, &pe)
@@ -398,7 +403,7 @@ func TestPublish_ConcurrentPublishesAreAllConfirmed(t *testing.T) {
 	}
 }
 
-func TestPublish_BrokerDownIsRetryableAndPublisherReconnects(t *testing.T) {
+func TestPublish_BrokerDownIsUnavailableAndPublisherReconnects(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	u, err := url.Parse(amqpURL())
@@ -421,8 +426,8 @@ func TestPublish_BrokerDownIsRetryableAndPublisherReconnects(t *testing.T) {
 	proxy.Down()
 	start := time.Now()
 	err = publish(t, p, testMessage(2))
-	if !isRetryable(err) {
-		t.Fatalf("Publish while down = %v; want a RetryableError", err)
+	if !isUnavailable(err) {
+		t.Fatalf("Publish while down = %v; want an UnavailableError", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("Publish while down took %s; want at most ConfirmTimeout", d)
@@ -431,10 +436,10 @@ func TestPublish_BrokerDownIsRetryableAndPublisherReconnects(t *testing.T) {
 	if strings.Contains(err.Error(), "guest:guest") {
 		t.Fatalf("error leaks the password: %v", err)
 	}
-	// Still down: every attempt fails Retryable, none blocks.
+	// Still down: every attempt fails Unavailable, none blocks.
 	for range 3 {
-		if err := publish(t, p, testMessage(2)); !isRetryable(err) {
-			t.Fatalf("Publish while down = %v; want a RetryableError", err)
+		if err := publish(t, p, testMessage(2)); !isUnavailable(err) {
+			t.Fatalf("Publish while down = %v; want an UnavailableError", err)
 		}
 	}
 	if err := p.Ping(context.Background()); err == nil {
@@ -448,8 +453,8 @@ func TestPublish_BrokerDownIsRetryableAndPublisherReconnects(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if !isRetryable(err) {
-			t.Fatalf("Publish after Up = %v; want nil or Retryable", err)
+		if !isUnavailable(err) {
+			t.Fatalf("Publish after Up = %v; want nil or Unavailable", err)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("Publish still failing 20s after Up: %v", err)
@@ -473,15 +478,15 @@ func TestPublish_BrokerDownIsRetryableAndPublisherReconnects(t *testing.T) {
 	}
 }
 
-func TestPublish_AfterCloseIsRetryable(t *testing.T) {
+func TestPublish_AfterCloseIsUnavailable(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	p := newPublisher(t, Config{Exchange: b.exchange})
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if err := publish(t, p, testMessage(1)); !isRetryable(err) || !errors.Is(err, ErrClosed) {
-		t.Fatalf("Publish after Close = %v; want Retryable wrapping ErrClosed", err)
+	if err := publish(t, p, testMessage(1)); !isUnavailable(err) || !errors.Is(err, ErrClosed) {
+		t.Fatalf("Publish after Close = %v; want Unavailable wrapping ErrClosed", err)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
@@ -619,20 +624,24 @@ func TestNew_WrongCredentialsFailWithoutThePassword(t *testing.T) {
 
 func TestClassifyAMQPError_MapsReplyCodes(t *testing.T) {
 	t.Parallel()
-	for code, wantPermanent := range map[int]bool{
-		amqp.NotFound:           true,
-		amqp.AccessRefused:      true,
-		amqp.PreconditionFailed: true,
-		amqp.ConnectionForced:   false,
-		amqp.ChannelError:       false,
-		amqp.FrameError:         false,
-		amqp.ResourceError:      false,
-		amqp.InternalError:      false,
+	for code, want := range map[int]string{
+		amqp.NotFound:           "permanent",
+		amqp.AccessRefused:      "permanent",
+		amqp.PreconditionFailed: "permanent",
+		amqp.ConnectionForced:   "unavailable",
+		amqp.ResourceError:      "unavailable",
+		amqp.InternalError:      "unavailable",
+		amqp.ChannelError:       "retryable",
+		amqp.FrameError:         "retryable",
 	} {
-		err := classifyAMQPError(&amqp.Error{Code: code, Reason: "x"}, "ex", "key")
-		if isPermanent(err) != wantPermanent || isRetryable(err) == wantPermanent {
-			t.Errorf("code %d: %v; want permanent=%v", code, err, wantPermanent)
+		err := classifyAMQPError(&amqp.Error{Code: code, Reason: "x"}, "ex", "key", "Config.Exchange")
+		if got := map[bool]string{true: "permanent"}[isPermanent(err)] + map[bool]string{true: "unavailable"}[isUnavailable(err)] +
+			map[bool]string{true: "retryable"}[isRetryable(err)]; got != want {
+			t.Errorf("code %d: %v is %q; want %s", code, err, got, want)
 		}
+	}
+	if err := classifyAMQPError(amqp.ErrClosed, "ex", "key", "Config.Exchange"); !isUnavailable(err) {
+		t.Errorf("the client's ErrClosed: %v; want unavailable", err)
 	}
 }
 

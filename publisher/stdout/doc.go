@@ -20,9 +20,11 @@
 //
 // # Error mapping
 //
-//   - a write error, or a short write: dispatcher.Retryable;
-//   - a ctx already done when Publish starts: dispatcher.Retryable, nothing
-//     is written;
+//   - a write error, or a short write: whatever reads the output failed,
+//     not the message: dispatcher.Unavailable (no attempt spent while it
+//     fails; the dispatcher's breaker opens and probes it, docs/failures.md);
+//   - a ctx already done when Publish starts: dispatcher.Unavailable,
+//     nothing is written;
 //   - a payload that is not valid JSON (it cannot be embedded in the line):
 //     dispatcher.Permanent.
 //

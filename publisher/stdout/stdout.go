@@ -63,7 +63,7 @@ type line struct {
 // error mapping).
 func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 	if err := ctx.Err(); err != nil {
-		return dispatcher.Retryable(fmt.Errorf("stdout: %w", err))
+		return dispatcher.Unavailable(fmt.Errorf("stdout: %w", err))
 	}
 	l := line{
 		ID:             msg.ID,
@@ -95,7 +95,9 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		return dispatcher.Retryable(fmt.Errorf("stdout: write message %s: %w", msg.ID, err))
+		// Whatever reads the output (a pipe, a file system) failed, not the
+		// message.
+		return dispatcher.Unavailable(fmt.Errorf("stdout: write message %s: %w", msg.ID, err))
 	}
 	return nil
 }

@@ -200,7 +200,7 @@ type failingWriter struct {
 
 func (w failingWriter) Write(p []byte) (int, error) { return min(w.n, len(p)), w.err }
 
-func TestPublish_WriteFailuresAreRetryable(t *testing.T) {
+func TestPublish_WriteFailuresAreUnavailable(t *testing.T) {
 	t.Parallel()
 	for name, w := range map[string]failingWriter{
 		"write error": {n: 0, err: os.ErrClosed},
@@ -210,15 +210,15 @@ func TestPublish_WriteFailuresAreRetryable(t *testing.T) {
 			t.Parallel()
 			p := newPublisher(t, Config{Writer: w})
 			err := p.Publish(context.Background(), testMessage(1))
-			var re *dispatcher.RetryableError
-			if !errors.As(err, &re) {
-				t.Fatalf("err = %v, want RetryableError", err)
+			var ue *dispatcher.UnavailableError
+			if !errors.As(err, &ue) {
+				t.Fatalf("err = %v, want UnavailableError", err)
 			}
 		})
 	}
 }
 
-func TestPublish_CanceledContextIsRetryableAndWritesNothing(t *testing.T) {
+func TestPublish_CanceledContextIsUnavailableAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	p := newPublisher(t, Config{Writer: &buf})
@@ -227,9 +227,9 @@ func TestPublish_CanceledContextIsRetryableAndWritesNothing(t *testing.T) {
 
 	err := p.Publish(ctx, testMessage(1))
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want RetryableError wrapping context.Canceled", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want UnavailableError wrapping context.Canceled", err)
 	}
 	if buf.Len() != 0 {
 		t.Fatalf("wrote %q, want nothing", buf.String())

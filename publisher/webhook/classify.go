@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,18 +48,21 @@ func (e *StatusError) Error() string {
 
 // classifyResponse maps a response to nil or a classified error, consuming
 // and closing its body.
-func classifyResponse(resp *http.Response, deferStatus int, now time.Time) error {
+func classifyResponse(resp *http.Response, cfg Config, now time.Time) error {
 	snippet := readSnippet(resp.Body, resp.StatusCode/100 != 2)
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code <= 299:
 		return nil
-	case code == deferStatus:
+	case code == cfg.DeferStatus:
 		delay, ok := retryAfter(resp.Header, now)
 		if !ok || delay <= 0 {
 			delay = DeferDelayDefault
 		}
 		return dispatcher.Defer(delay, (&StatusError{StatusCode: code, Body: snippet}).Error())
+	case slices.Contains(cfg.UnavailableStatus, code):
+		delay, _ := retryAfter(resp.Header, now)
+		return dispatcher.UnavailableAfter(&StatusError{StatusCode: code, Body: snippet}, delay)
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500 && code <= 599:
 		delay, _ := retryAfter(resp.Header, now)
 		return dispatcher.RetryableAfter(&StatusError{StatusCode: code, Body: snippet}, delay)

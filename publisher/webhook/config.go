@@ -22,6 +22,13 @@ const (
 	DeferDelayDefault = time.Minute
 )
 
+// UnavailableStatusDefault are the statuses with which a receiver says it
+// is unavailable, not that the message is wrong: 408 Request Timeout, 429
+// Too Many Requests, 502 Bad Gateway, 503 Service Unavailable and 504
+// Gateway Timeout.
+var UnavailableStatusDefault = []int{http.StatusRequestTimeout, http.StatusTooManyRequests,
+	http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
+
 // Config configures a Publisher.
 type Config struct {
 	// URL receives every message as a POST. It must be an absolute http or
@@ -57,23 +64,42 @@ type Config struct {
 	// deferred, not failed. It must be within 400-599 and takes precedence
 	// over the other rules for that status. Defaults to 425 (Too Early).
 	DeferStatus int
+	// UnavailableStatus are the statuses with which the receiver says it is
+	// unavailable rather than refusing the message: Publish returns a
+	// dispatcher.UnavailableError for them (Retry-After as the least wait),
+	// which costs the message no attempt while the receiver is down and
+	// opens the dispatcher's breaker (docs/failures.md). Each must be within
+	// 400-599; DeferStatus takes precedence. Empty (not nil): none. Defaults to
+	// UnavailableStatusDefault (408, 429, 502, 503, 504).
+	UnavailableStatus []int
 	// Headers are static headers added to every request (an Authorization
 	// header, for example). Their values never appear in errors. They win over
 	// Message.Headers; a reserved name (see ReservedHeaders) is a config
 	// error. Defaults to none.
 	Headers map[string]string
+	// FieldNames names this Config's fields in error messages, for a
+	// program whose users set them under other names (the pgoutbox CLI maps
+	// "URL" to "--http-url"). A field not in the map is named as in Go.
+	// Defaults to none.
+	FieldNames map[string]string
 }
 
 func (c Config) withDefaults() Config {
 	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
 	c.DeferStatus = cmp.Or(c.DeferStatus, DeferStatusDefault)
+	if c.UnavailableStatus == nil {
+		c.UnavailableStatus = UnavailableStatusDefault
+	}
 	return c
 }
+
+// name is how errors name field (FieldNames).
+func (c Config) name(field string) string { return cmp.Or(c.FieldNames[field], field) }
 
 // validate checks c (with defaults applied) and returns the parsed URL.
 func (c Config) validate() (*url.URL, error) {
 	if c.URL == "" {
-		return nil, invalid("URL is required")
+		return nil, invalid("%s is required", c.name("URL"))
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
@@ -82,32 +108,37 @@ func (c Config) validate() (*url.URL, error) {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return nil, invalid("URL does not parse: %v", err)
+		return nil, invalid("%s does not parse: %v", c.name("URL"), err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, invalid("URL must be an absolute http or https URL, got scheme %q", u.Scheme)
+		return nil, invalid("%s must be an absolute http or https URL, got scheme %q", c.name("URL"), u.Scheme)
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return nil, invalid("URL has no host")
+		return nil, invalid("%s has no host", c.name("URL"))
 	}
 	if len(c.PreviousSecrets) > 0 && c.Secret == "" {
-		return nil, invalid("PreviousSecrets requires Secret")
+		return nil, invalid("%s requires %s", c.name("PreviousSecrets"), c.name("Secret"))
 	}
 	if c.Timeout < 0 {
-		return nil, invalid("Timeout must not be negative, got %s", c.Timeout)
+		return nil, invalid("%s must not be negative, got %s", c.name("Timeout"), c.Timeout)
 	}
 	if c.DeferStatus < 400 || c.DeferStatus > 599 {
-		return nil, invalid("DeferStatus must be within 400-599, got %d", c.DeferStatus)
+		return nil, invalid("%s must be within 400-599, got %d", c.name("DeferStatus"), c.DeferStatus)
+	}
+	for _, code := range c.UnavailableStatus {
+		if code < 400 || code > 599 {
+			return nil, invalid("%s must be within 400-599, got %d", c.name("UnavailableStatus"), code)
+		}
 	}
 	for name, value := range c.Headers {
 		if !validHeaderName(name) {
-			return nil, invalid("Headers: %q is not a valid header name", name)
+			return nil, invalid("%s: %q is not a valid header name", c.name("Headers"), name)
 		}
 		if isReserved(name) || isTransportHeader(name) {
-			return nil, invalid("Headers: %q is reserved and set by the publisher", name)
+			return nil, invalid("%s: %q is reserved and set by the publisher", c.name("Headers"), name)
 		}
 		if !validHeaderValue(value) {
-			return nil, invalid("Headers: the value of %q is not a valid header value", name)
+			return nil, invalid("%s: the value of %q is not a valid header value", c.name("Headers"), name)
 		}
 	}
 	return u, nil

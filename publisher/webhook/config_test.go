@@ -27,6 +27,8 @@ func TestNew_RejectsInvalidConfigNamingTheField(t *testing.T) {
 		{name: "transport static header", cfg: Config{URL: "http://example.com", Headers: map[string]string{"Host": "x"}}, wantField: "Headers"},
 		{name: "invalid static header name", cfg: Config{URL: "http://example.com", Headers: map[string]string{"X Bad": "x"}}, wantField: "Headers"},
 		{name: "invalid static header value", cfg: Config{URL: "http://example.com", Headers: map[string]string{"Authorization": "Bearer tok\nen"}}, wantField: "Headers"},
+		{name: "unavailable status 200", cfg: Config{URL: "http://example.com", UnavailableStatus: []int{503, 200}}, wantField: "UnavailableStatus"},
+		{name: "a field under its flag's name", cfg: Config{URL: "ftp://example.com", FieldNames: map[string]string{"URL": "--http-url"}}, wantField: "--http-url must be"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

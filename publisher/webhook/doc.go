@@ -56,15 +56,25 @@
 //     below: dispatcher.Defer with the Retry-After delay, or DeferDelayDefault
 //     (1 minute) when Retry-After is absent, zero or unparsable; the reason
 //     names the status. The attempt is refunded.
-//   - 408, 429 and 5xx: dispatcher.RetryableAfter with Retry-After (delay
-//     seconds or an HTTP-date) as the minimum delay, zero when absent.
+//   - Config.UnavailableStatus (408, 429, 502, 503 and 504 by default): the
+//     receiver is unavailable, not the message wrong:
+//     dispatcher.UnavailableAfter with Retry-After (delay seconds or an
+//     HTTP-date) as the least wait, zero when absent. The attempt is
+//     refunded while the receiver is down, and the dispatcher's breaker
+//     opens (docs/failures.md).
+//   - any other 408, 429 or 5xx (500, 501, 505, ...): dispatcher.RetryableAfter
+//     with Retry-After as the minimum delay, zero when absent.
 //   - 3xx: dispatcher.Permanent. Redirects are never followed (the receiver
 //     must be configured with its final URL; a redirected POST would be
 //     replayed as a GET by many clients).
 //   - any other status (other 4xx, 1xx, codes outside 100-599):
 //     dispatcher.Permanent.
 //   - a transport error (DNS, connection refused or reset, TLS, Config.Timeout
-//     or the caller's deadline, cancellation by the caller): dispatcher.Retryable.
+//     or the caller's deadline, cancellation by the caller): no answer from
+//     the receiver, dispatcher.Unavailable. Each Publish sends its request
+//     once: the client never resends it by itself when a connection breaks
+//     (net/http would, for a POST carrying Idempotency-Key); the dispatcher
+//     decides about the next try.
 //   - a message that cannot be sent as stored (a header whose name or value is
 //     not valid HTTP): dispatcher.Permanent.
 //

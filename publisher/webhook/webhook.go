@@ -43,9 +43,9 @@ func New(cfg Config) (*Publisher, error) {
 		}
 		key, err := secretKey(secret)
 		if err != nil {
-			field := "Secret"
+			field := cfg.name("Secret")
 			if i > 0 {
-				field = fmt.Sprintf("PreviousSecrets[%d]", i-1)
+				field = fmt.Sprintf("%s[%d]", cfg.name("PreviousSecrets"), i-1)
 			}
 			return nil, invalid("%s: starts with %q but the rest is not base64 of a key", field, SecretPrefix)
 		}
@@ -92,11 +92,18 @@ func (p *Publisher) Publish(ctx context.Context, msg dispatcher.Message) error {
 		return dispatcher.Permanent(fmt.Errorf("webhook: build request to %s: %w", p.url.Host, unwrapURLError(err)))
 	}
 	req.Header = header
+	// One request per publish: with a rewindable body and the
+	// Idempotency-Key header, net/http's transport would send the POST again
+	// by itself when the connection breaks before the answer (the receiver
+	// then gets it twice within one claim). Retrying is the dispatcher's
+	// decision; without GetBody the transport never replays.
+	req.GetBody = nil
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return dispatcher.Retryable(fmt.Errorf("webhook: post to %s: %w", p.url.Host, unwrapURLError(err)))
+		// No answer: the receiver (or the way to it) is unavailable.
+		return dispatcher.Unavailable(fmt.Errorf("webhook: post to %s: %w", p.url.Host, unwrapURLError(err)))
 	}
-	return classifyResponse(resp, p.cfg.DeferStatus, p.now())
+	return classifyResponse(resp, p.cfg, p.now())
 }
 
 // unwrapURLError strips the *url.Error that net/http wraps around transport

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,39 +255,59 @@ func TestPublish_InvalidMessageHeaderIsPermanent(t *testing.T) {
 	})
 }
 
-func TestPublish_RetryableStatusesHonourRetryAfter(t *testing.T) {
+// The statuses of Config.UnavailableStatus say the receiver is unavailable
+// (dispatcher.UnavailableError: no attempt spent, the breaker's business);
+// other 408, 429 and 5xx are retryable failures of the message. Both carry
+// Retry-After as the least wait.
+func TestPublish_UnavailableAndRetryableStatusesHonourRetryAfter(t *testing.T) {
 	t.Parallel()
 	httpDate := time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
 	tests := []struct {
-		name      string
-		status    int
-		header    map[string]string
-		wantAfter time.Duration // minimum
-		maxAfter  time.Duration
+		name        string
+		status      int
+		header      map[string]string
+		unavailable []int // Config.UnavailableStatus; nil: the default
+		wantKind    string
+		wantAfter   time.Duration // minimum
+		maxAfter    time.Duration
 	}{
-		{name: "500 without Retry-After", status: 500, maxAfter: 0},
-		{name: "502", status: 502, maxAfter: 0},
-		{name: "503 with Retry-After seconds", status: 503, header: map[string]string{"Retry-After": "7"}, wantAfter: 7 * time.Second, maxAfter: 7 * time.Second},
-		{name: "503 with Retry-After HTTP-date", status: 503, header: map[string]string{"Retry-After": httpDate}, wantAfter: 80 * time.Second, maxAfter: 91 * time.Second},
-		{name: "429 with Retry-After", status: 429, header: map[string]string{"Retry-After": "3"}, wantAfter: 3 * time.Second, maxAfter: 3 * time.Second},
-		{name: "429 without Retry-After", status: 429},
-		{name: "408", status: 408},
-		{name: "503 with unparsable Retry-After", status: 503, header: map[string]string{"Retry-After": "soon"}},
+		{name: "500 without Retry-After", status: 500, wantKind: "retryable"},
+		{name: "500 with Retry-After", status: 500, header: map[string]string{"Retry-After": "4"}, wantKind: "retryable", wantAfter: 4 * time.Second, maxAfter: 4 * time.Second},
+		{name: "501", status: 501, wantKind: "retryable"},
+		{name: "502", status: 502, wantKind: "unavailable"},
+		{name: "504", status: 504, wantKind: "unavailable"},
+		{name: "503 with Retry-After seconds", status: 503, header: map[string]string{"Retry-After": "7"}, wantKind: "unavailable", wantAfter: 7 * time.Second, maxAfter: 7 * time.Second},
+		{name: "503 with Retry-After HTTP-date", status: 503, header: map[string]string{"Retry-After": httpDate}, wantKind: "unavailable", wantAfter: 80 * time.Second, maxAfter: 91 * time.Second},
+		{name: "429 with Retry-After", status: 429, header: map[string]string{"Retry-After": "3"}, wantKind: "unavailable", wantAfter: 3 * time.Second, maxAfter: 3 * time.Second},
+		{name: "429 without Retry-After", status: 429, wantKind: "unavailable"},
+		{name: "408", status: 408, wantKind: "unavailable"},
+		{name: "503 with unparsable Retry-After", status: 503, header: map[string]string{"Retry-After": "soon"}, wantKind: "unavailable"},
+		{name: "503 not configured unavailable", status: 503, unavailable: []int{}, wantKind: "retryable"},
+		{name: "500 configured unavailable", status: 500, unavailable: []int{500}, wantKind: "unavailable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rc := newReceiver(t, respondWith(tt.status, tt.header, "busy"))
-			p := newPublisher(t, Config{URL: rc.URL})
+			p := newPublisher(t, Config{URL: rc.URL, UnavailableStatus: tt.unavailable})
 
 			err := p.Publish(context.Background(), testMessage())
 
-			var re *dispatcher.RetryableError
-			if !errors.As(err, &re) {
-				t.Fatalf("err = %v, want RetryableError", err)
+			var (
+				re    *dispatcher.RetryableError
+				ue    *dispatcher.UnavailableError
+				after time.Duration
+			)
+			switch {
+			case tt.wantKind == "retryable" && errors.As(err, &re):
+				after = re.After
+			case tt.wantKind == "unavailable" && errors.As(err, &ue):
+				after = ue.After
+			default:
+				t.Fatalf("err = %v, want a %s error", err, tt.wantKind)
 			}
-			if re.After < tt.wantAfter || re.After > tt.maxAfter {
-				t.Errorf("After = %s, want within [%s, %s]", re.After, tt.wantAfter, tt.maxAfter)
+			if after < tt.wantAfter || after > tt.maxAfter {
+				t.Errorf("After = %s, want within [%s, %s]", after, tt.wantAfter, tt.maxAfter)
 			}
 			var se *StatusError
 			if !errors.As(err, &se) || se.StatusCode != tt.status {
@@ -387,16 +408,16 @@ func TestPublish_RedirectIsNotFollowedAndIsPermanent(t *testing.T) {
 	}
 }
 
-func TestPublish_ConnectionRefusedIsRetryable(t *testing.T) {
+func TestPublish_ConnectionRefusedIsUnavailable(t *testing.T) {
 	t.Parallel()
 	addr := closedAddr(t)
 	p := newPublisher(t, Config{URL: "http://" + addr + "/hook"})
 
 	err := p.Publish(context.Background(), testMessage())
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("err = %v, want RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("err = %v, want UnavailableError", err)
 	}
 	var opErr *net.OpError
 	if !errors.As(err, &opErr) {
@@ -404,7 +425,7 @@ func TestPublish_ConnectionRefusedIsRetryable(t *testing.T) {
 	}
 }
 
-func TestPublish_ServerSlowerThanTimeoutIsRetryable(t *testing.T) {
+func TestPublish_ServerSlowerThanTimeoutIsUnavailable(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -419,9 +440,9 @@ func TestPublish_ServerSlowerThanTimeoutIsRetryable(t *testing.T) {
 	err := p.Publish(context.Background(), testMessage())
 	elapsed := time.Since(start)
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("err = %v, want RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("err = %v, want UnavailableError", err)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want context.DeadlineExceeded in the chain", err)
@@ -431,7 +452,7 @@ func TestPublish_ServerSlowerThanTimeoutIsRetryable(t *testing.T) {
 	}
 }
 
-func TestPublish_CallerCancellationIsRetryable(t *testing.T) {
+func TestPublish_CallerCancellationIsUnavailable(t *testing.T) {
 	t.Parallel()
 	started := make(chan struct{})
 	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
@@ -447,9 +468,9 @@ func TestPublish_CallerCancellationIsRetryable(t *testing.T) {
 
 	err := p.Publish(ctx, testMessage())
 
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want RetryableError wrapping context.Canceled", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want UnavailableError wrapping context.Canceled", err)
 	}
 }
 
@@ -502,9 +523,9 @@ func TestPublish_ReceiverDownThenBackIsRetriedAndDelivered(t *testing.T) {
 	first.Close() // receiver goes down; the client still holds an idle connection
 
 	err = p.Publish(context.Background(), m2)
-	var re *dispatcher.RetryableError
-	if !errors.As(err, &re) {
-		t.Fatalf("Publish while down: err = %v, want RetryableError", err)
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("Publish while down: err = %v, want UnavailableError", err)
 	}
 
 	ln2, err := net.Listen("tcp", addr)
@@ -618,4 +639,40 @@ func closedAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// A publish sends its request once: when the connection breaks before the
+// answer, the transport must not send the POST again by itself (net/http
+// replays requests that carry Idempotency-Key and a rewindable body); the
+// publish fails as unavailable and the dispatcher decides about a retry.
+func TestPublish_BrokenConnectionIsNotResentByTheTransport(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if requests.Add(1) == 2 { // the second request, on the reused connection: reset, no answer
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	p := newPublisher(t, Config{URL: srv.URL})
+	if err := p.Publish(context.Background(), testMessage()); err != nil {
+		t.Fatalf("first Publish: %v", err)
+	}
+	err := p.Publish(context.Background(), testMessage())
+	var ue *dispatcher.UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("Publish on a connection reset before the answer = %v, want UnavailableError", err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("the receiver saw %d requests for 2 publishes: the transport resent one", n)
+	}
 }

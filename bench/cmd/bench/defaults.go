@@ -87,6 +87,9 @@ type relayProc struct {
 	stdout  io.ReadCloser
 	stderr  *strings.Builder
 	done    chan error
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // freePort is a loopback port nothing listens on, never one it returned
@@ -129,12 +132,18 @@ func startRelayWith(env []string, publisher string, args ...string) (*relayProc,
 	if err != nil {
 		return nil, err
 	}
+	return startRelayBin(bin, env, publisher, args...)
+}
+
+// startRelayBin starts `bin run` with env added to the environment,
+// publisher, /metrics on a free port, warnings logged, and flags.
+func startRelayBin(bin string, env []string, publisher string, flags ...string) (*relayProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	p := &relayProc{metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), stderr: &strings.Builder{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, append([]string{"run", "--publisher", publisher, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn"}, args...)...)
+	p.cmd = exec.Command(bin, append([]string{"run", "--publisher", publisher, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn"}, flags...)...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = p.stderr
 	if publisher == "stdout" {
@@ -202,8 +211,14 @@ func procHWM(pid int) string {
 	return "?"
 }
 
-// stop sends SIGINT (graceful shutdown) and waits.
+// stop sends SIGINT (graceful shutdown) and waits; later calls return the
+// first one's result.
 func (p *relayProc) stop() error {
+	p.stopOnce.Do(func() { p.stopErr = p.interrupt() })
+	return p.stopErr
+}
+
+func (p *relayProc) interrupt() error {
 	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case err := <-p.done:
@@ -223,6 +238,13 @@ var metricsClient = &http.Client{Timeout: 2 * time.Second}
 // published reads pgoutbox_messages_published_total from /metrics; -1 while
 // the endpoint is not up yet.
 func (p *relayProc) published() (int64, error) {
+	return p.counter("pgoutbox_messages_published_total")
+}
+
+// counter reads the sample of series (a metric name with its labels, as
+// exposed) from /metrics; -1 while the endpoint is not up yet or the series
+// is not exposed.
+func (p *relayProc) counter(series string) (int64, error) {
 	resp, err := metricsClient.Get(p.metrics)
 	if err != nil {
 		select {
@@ -242,7 +264,7 @@ func (p *relayProc) published() (int64, error) {
 	}
 	s := bufio.NewScanner(bytes.NewReader(body))
 	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "pgoutbox_messages_published_total "); ok {
+		if v, ok := strings.CutPrefix(s.Text(), series+" "); ok {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}

@@ -13,7 +13,8 @@
 // pgbench, (6) peak RSS while draining 1,000,000 messages (a child process),
 // (7) the cost of tracing (tracing.go), (1e) one relay over 200 databases
 // (databases.go), (7-9) the pinned horizon: latency
-// while a long transaction holds the xmin horizon back (horizon.go). Opt-in, with -only: the bloat soak (soak) and
+// while a long transaction holds the xmin horizon back (horizon.go), (10)
+// what a failing receiver costs (failures.go). Opt-in, with -only: the bloat soak (soak) and
 // DELETE retention at the relay's top rate (retention), horizon_soak.go.
 package main
 
@@ -60,6 +61,11 @@ type options struct {
 	tryN       int
 	horizon    horizonOptions // item "horizon" (horizon.go)
 	soak       soakOptions    // opt-in items "soak" and "retention" (horizon_soak.go)
+
+	// failuresBefore: a pgoutbox binary of an earlier build the item
+	// "failures" runs as well; failuresOnly: its scenarios to run
+	// (failures.go).
+	failuresBefore, failuresOnly string
 }
 
 func (o options) want(item string) bool {
@@ -86,7 +92,7 @@ func main() {
 	flag.BoolVar(&o.full, "full", false, "full mode: larger runs, more rounds (make bench-full)")
 	flag.StringVar(&o.out, "out", "..", "directory for BENCHMARKS.md and docs/bench/*.png")
 	flag.IntVar(&o.rounds, "rounds", 0, "drain rounds per system (default 3, full 7)")
-	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,fleet,databases,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash; opt-in: defaults,soak,retention); default all but the opt-in ones")
+	flag.StringVar(&only, "only", "", "comma-separated items to run (drain,fleet,databases,idle,sweep,sustained,claim,ordered,producers,ceiling,rss,tracing,horizon,crash,failures; opt-in: defaults,soak,retention); default all but the opt-in ones")
 	flag.StringVar(&o.url, "url", "", "use this server (a superuser URL) instead of starting a throwaway cluster")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the pgoutbox drain rounds to this file")
 	flag.IntVar(&timelineLevel, "timeline", 0, "development: with -try, print how much of each drain ran 0, 1, 2 or more statements at once and each statement's total time (2: every statement as well)")
@@ -100,6 +106,8 @@ func main() {
 	flag.DurationVar(&o.horizon.after, "horizon-after", horizonAfterDefault, "horizon: window after the release")
 	flag.Float64Var(&o.horizon.rate, "horizon-rate", horizonRateDefault, "horizon: events/s offered, in 20-event transactions")
 	flag.StringVar(&o.horizon.variants, "horizon-variants", horizonVariantsDefault, "horizon: variants to run (unordered,ordered,writer,river,ordered-writer)")
+	flag.StringVar(&o.failuresBefore, "failures-before", "", "failures: also run the item with this pgoutbox binary (an earlier build), for before and after figures")
+	flag.StringVar(&o.failuresOnly, "failures-only", "", "failures: development: only these scenarios (outage,message,subset; the success run always)")
 	// Opt-in items "soak" and "retention" (horizon_soak.go).
 	flag.DurationVar(&o.soak.duration, "soak", soakDurationDefault, "soak: how long the bloat soak runs (item soak; the issue asks for 30m)")
 	flag.Float64Var(&o.soak.rate, "soak-rate", soakRateDefault, "soak: events/s offered, in 20-event transactions")
@@ -261,6 +269,7 @@ func run(o options) error {
 		{"soak", runSoak},
 		{"retention", runRetention},
 		{"crash", runCrash},
+		{"failures", runFailures},
 	}
 	for _, it := range items {
 		if !o.want(it.name) {

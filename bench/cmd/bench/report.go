@@ -77,6 +77,7 @@ func (r *results) goals() []goal {
 	}
 	g = append(g, r.databasesGoals()...) // databases_report.go
 	g = append(g, r.horizonGoals()...)   // horizon_report.go
+	g = append(g, r.failuresGoals()...)  // failures_report.go
 	return g
 }
 
@@ -377,6 +378,7 @@ func writeReport(out string, r *results) error {
 	}
 	writeTracing(p, r)
 	r.writeHorizonSections(p, charts) // sections 7-9: horizon_report.go
+	r.writeFailures(p)                // section 10: failures_report.go
 	return os.WriteFile(filepath.Join(out, "BENCHMARKS.md"), []byte(b.String()), 0o644)
 }
 

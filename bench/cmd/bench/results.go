@@ -51,6 +51,8 @@ type results struct {
 
 	// Item "databases" (databases.go): one relay over 200 databases.
 	Databases *databasesResult
+	// Item "failures" (failures.go): what a failing receiver costs.
+	Failures *failuresResult
 
 	// Item "fleet" (fleet.go): a burst committed onto running relays.
 	FleetN                    int
