@@ -216,7 +216,7 @@ func (m *metrics) observeBreaker(open func() bool) (metric.Registration, error) 
 		if open() {
 			v = 1
 		}
-		o.ObserveInt64(m.breakerGauge, v)
+		o.ObserveInt64(m.breakerGauge, v, m.baseObs...)
 		return nil
 	}, m.breakerGauge)
 }
