@@ -345,7 +345,8 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- The functions as 00008 wrote them, then the columns go.
+-- The functions as 00008 and 00009 left them (00009's head rules: a done
+-- or skipped predecessor is resolved), then the columns go.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION outbox_lock_aggregates(aggregate_ids text[]) RETURNS integer
     LANGUAGE plpgsql AS $$
@@ -403,7 +404,7 @@ BEGIN
          WHERE p.ordered AND p.seq IS NOT NULL AND p.aggregate_id = a.aggregate_id
          ORDER BY p.aggregate_id, p.seq DESC
          LIMIT 1;
-        IF NOT FOUND OR prev.status = 'done' THEN
+        IF NOT FOUND OR prev.status IN ('done', 'skipped') THEN
             heads := heads || a.id;
         END IF;
     END LOOP;
@@ -465,7 +466,7 @@ BEGIN
     END IF;
     PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox AS u WHERE u.id = ANY (ids)));
     UPDATE outbox AS o
-       SET head = (d.prev_id IS NULL OR d.prev_status = 'done'),
+       SET head = (d.prev_id IS NULL OR d.prev_status IN ('done', 'skipped')),
            txid = pg_current_xact_id()
       FROM (SELECT u.id, p.id AS prev_id, p.status AS prev_status
               FROM outbox AS u
@@ -506,7 +507,7 @@ BEGIN
         RETURN 0;
     END IF;
     PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox AS u WHERE u.id = ANY (ids)));
-    FOR a IN SELECT u.aggregate_id, min(u.id) FILTER (WHERE u.status <> 'done') AS first_id
+    FOR a IN SELECT u.aggregate_id, min(u.id) FILTER (WHERE u.status NOT IN ('done', 'skipped')) AS first_id
                FROM outbox AS u
               WHERE u.id = ANY (ids) AND u.ordered AND u.seq IS NULL
               GROUP BY u.aggregate_id
@@ -519,7 +520,7 @@ BEGIN
         IF FOUND THEN
             top := greatest(top, prev.seq);
         END IF;
-        IF a.first_id IS NOT NULL AND (NOT FOUND OR prev.status = 'done') THEN
+        IF a.first_id IS NOT NULL AND (NOT FOUND OR prev.status IN ('done', 'skipped')) THEN
             heads := heads || a.first_id;
         END IF;
     END LOOP;
