@@ -18,7 +18,7 @@ import (
 
 // pos is an ordered event's position as a claim returns it.
 type pos struct {
-	ID             int64
+	ID              int64
 	Seq, Prev, Sent int64
 }
 
