@@ -320,6 +320,46 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- The trigger as in 00008 (queued for the transaction's first ordered row,
+-- every ordered row extending the span), its WHEN clause now a call of
+-- outbox_commit_span, which keeps the span, instead of the expression that
+-- did it inline. PostgreSQL reads a trigger's WHEN clause from the catalog
+-- and compiles it again for every statement that inserts: for a producer's
+-- one-row INSERT, that expression cost more CPU than the row itself, and
+-- unordered rows paid it too (they stop at NEW.ordered, but only after the
+-- compilation). One-row INSERTs, one session, commits not waiting for the
+-- flush: about 0.7 ms each with it, 0.35 ms with the call, 0.3 ms with no
+-- trigger at all, on a shared 2-core machine.
+-- +goose StatementBegin
+CREATE FUNCTION outbox_commit_span(id bigint, rel oid) RETURNS boolean
+    LANGUAGE plpgsql AS $$
+DECLARE
+    from_key text := 'outbox.seq_from_' || rel;
+    to_key   text := 'outbox.seq_to_' || rel;
+    from_id  text := current_setting(from_key, true);
+BEGIN
+    IF coalesce(from_id, '') = '' THEN
+        PERFORM set_config(from_key, id::text, true), set_config(to_key, id::text, true);
+        RETURN true;
+    END IF;
+    IF id < from_id::bigint THEN
+        PERFORM set_config(from_key, id::text, true);
+    ELSIF id > current_setting(to_key)::bigint THEN
+        PERFORM set_config(to_key, id::text, true);
+    END IF;
+    RETURN false;
+END;
+$$;
+-- +goose StatementEnd
+
+DROP TRIGGER outbox_commit_order ON outbox;
+CREATE CONSTRAINT TRIGGER outbox_commit_order
+    AFTER INSERT ON outbox
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (NEW.ordered AND outbox_commit_span(NEW.id, NEW.tableoid))
+    EXECUTE FUNCTION outbox_commit_order();
+
 -- Every function above runs with the search_path pinned to the table's
 -- schema (pg_temp last), as 00004 explains; CREATE OR REPLACE resets it.
 -- +goose StatementBegin
@@ -340,6 +380,8 @@ BEGIN
                    'outbox_head_handoff'::regproc, nsp);
     EXECUTE format('ALTER FUNCTION %s(integer) SET search_path = %I, pg_catalog, pg_temp',
                    'outbox_resolve_heads'::regproc, nsp);
+    EXECUTE format('ALTER FUNCTION %s(bigint, oid) SET search_path = %I, pg_catalog, pg_temp',
+                   'outbox_commit_span'::regproc, nsp);
 END;
 $$;
 -- +goose StatementEnd
@@ -347,6 +389,21 @@ $$;
 -- +goose Down
 -- The functions as 00008 and 00009 left them (00009's head rules: a done
 -- or skipped predecessor is resolved), then the columns go.
+DROP TRIGGER outbox_commit_order ON outbox;
+CREATE CONSTRAINT TRIGGER outbox_commit_order
+    AFTER INSERT ON outbox
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (NEW.ordered AND
+          CASE WHEN coalesce(current_setting('outbox.seq_from_' || NEW.tableoid, true), '') = ''
+               THEN set_config('outbox.seq_from_' || NEW.tableoid, NEW.id::text, true) <> ''
+                    AND set_config('outbox.seq_to_' || NEW.tableoid, NEW.id::text, true) <> ''
+               ELSE (set_config('outbox.seq_from_' || NEW.tableoid,
+                                least(current_setting('outbox.seq_from_' || NEW.tableoid)::bigint, NEW.id)::text, true)
+                     || set_config('outbox.seq_to_' || NEW.tableoid,
+                                   greatest(current_setting('outbox.seq_to_' || NEW.tableoid)::bigint, NEW.id)::text, true)) = '' END)
+    EXECUTE FUNCTION outbox_commit_order();
+DROP FUNCTION outbox_commit_span(bigint, oid);
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION outbox_lock_aggregates(aggregate_ids text[]) RETURNS integer
     LANGUAGE plpgsql AS $$
