@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -115,12 +114,6 @@ func runProducers(ctx context.Context, e *env) error {
 	e.res.ProducerClients = producerClients
 	e.res.ProducerSeconds = dur.Seconds()
 	return nil
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // createBefore creates the before database: every migration up, then down
