@@ -113,6 +113,9 @@ func runProducers(ctx context.Context, e *env) error {
 	}
 	e.res.ProducerClients = producerClients
 	e.res.ProducerSeconds = dur.Seconds()
+	for _, l := range producerTable(e.res) {
+		fmt.Println(l)
+	}
 	return nil
 }
 
