@@ -33,11 +33,15 @@
 -- * outbox_commit_order sequences a transaction's ordered rows, stamps
 --   their positions and decides their heads in one UPDATE (before: a
 --   query per aggregate, then the UPDATE).
+-- * The commit-order trigger's WHEN clause calls outbox_commit_span
+--   instead of keeping the span inline (below): every INSERT, unordered
+--   ones included, paid for compiling that clause.
 ALTER TABLE outbox ADD COLUMN prev_seq bigint, ADD COLUMN sent_seq bigint;
 
 -- Backfill the rows still to be delivered (delivered rows are never sent
--- again). Before this migration a head's every earlier event was done
--- (delivered or skipped alike), so the previous row's seq is what was sent.
+-- again): prev_seq from the aggregate's rows in seq order, and a head's
+-- sent_seq from the latest earlier row that is done (skipped ones, 00009,
+-- were not delivered).
 UPDATE outbox AS o
    SET prev_seq = b.prev_seq
   FROM (SELECT u.id, u.status, lag(u.seq) OVER (PARTITION BY u.aggregate_id ORDER BY u.seq) AS prev_seq
