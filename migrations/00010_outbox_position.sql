@@ -364,6 +364,32 @@ CREATE CONSTRAINT TRIGGER outbox_commit_order
     WHEN (NEW.ordered AND outbox_commit_span(NEW.id, NEW.tableoid))
     EXECUTE FUNCTION outbox_commit_order();
 
+-- The UPDATE triggers as 00005 and 00009 wrote them, now column triggers:
+-- the claimable stamp fires for UPDATEs that set status or available_at,
+-- the hand-off for UPDATEs that set status. Their WHEN clauses cannot be
+-- true otherwise (each needs status or available_at changed), and
+-- PostgreSQL skips a column trigger whose columns the UPDATE does not set
+-- before it compiles the trigger's WHEN clause, which it does again for
+-- every statement: the producer's COMMIT (seq, prev_seq, head, sent_seq)
+-- and the hand-off's own UPDATE no longer pay for either clause. (A
+-- BEFORE UPDATE trigger of your own that changes status in an UPDATE that
+-- does not set it is not seen by the stamp; the relay's sweep
+-- (OutboxClaimPassed) still claims such a row.)
+DROP TRIGGER outbox_claimable_stamp ON outbox;
+CREATE TRIGGER outbox_claimable_stamp
+    BEFORE UPDATE OF status, available_at ON outbox
+    FOR EACH ROW
+    WHEN (NEW.status = 'pending' AND
+          (OLD.status IS DISTINCT FROM 'pending' OR NEW.available_at IS DISTINCT FROM OLD.available_at))
+    EXECUTE FUNCTION outbox_claimable_stamp();
+
+DROP TRIGGER outbox_head_handoff ON outbox;
+CREATE TRIGGER outbox_head_handoff
+    AFTER UPDATE OF status ON outbox
+    FOR EACH ROW
+    WHEN (OLD.ordered AND OLD.head AND NEW.status IN ('done', 'skipped') AND OLD.status NOT IN ('done', 'skipped'))
+    EXECUTE FUNCTION outbox_head_handoff();
+
 -- Every function above runs with the search_path pinned to the table's
 -- schema (pg_temp last), as 00004 explains; CREATE OR REPLACE resets it.
 -- +goose StatementBegin
@@ -393,6 +419,19 @@ $$;
 -- +goose Down
 -- The functions as 00008 and 00009 left them (00009's head rules: a done
 -- or skipped predecessor is resolved), then the columns go.
+DROP TRIGGER outbox_head_handoff ON outbox;
+CREATE TRIGGER outbox_head_handoff
+    AFTER UPDATE ON outbox
+    FOR EACH ROW
+    WHEN (OLD.ordered AND OLD.head AND NEW.status IN ('done', 'skipped') AND OLD.status NOT IN ('done', 'skipped'))
+    EXECUTE FUNCTION outbox_head_handoff();
+DROP TRIGGER outbox_claimable_stamp ON outbox;
+CREATE TRIGGER outbox_claimable_stamp
+    BEFORE UPDATE ON outbox
+    FOR EACH ROW
+    WHEN (NEW.status = 'pending' AND
+          (OLD.status IS DISTINCT FROM 'pending' OR NEW.available_at IS DISTINCT FROM OLD.available_at))
+    EXECUTE FUNCTION outbox_claimable_stamp();
 DROP TRIGGER outbox_commit_order ON outbox;
 CREATE CONSTRAINT TRIGGER outbox_commit_order
     AFTER INSERT ON outbox
