@@ -9,7 +9,7 @@ GO       ?= go
 SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc
 PKGS     := ./...
 
-.PHONY: all generate verify test test-short bench bench-full demo chaos chaos-long chaos-failover chaos-datamove chaos-inbox chaos-fleet build release release-check stress
+.PHONY: all generate verify test test-short bench bench-full bench-producers demo chaos chaos-long chaos-failover chaos-datamove chaos-inbox chaos-fleet build release release-check stress
 
 all: verify test
 
@@ -106,6 +106,12 @@ chaos-fleet:
 ## and docs/bench/*.png
 bench:
 	cd bench && go run ./cmd/bench -out ..
+
+## bench-producers: item 4b alone, what an outbox INSERT costs a producer
+## against a plain table, before and after migration 00010 (one throwaway
+## PostgreSQL, about 3 minutes); prints its table, writes nothing
+bench-producers:
+	cd bench && go run ./cmd/bench -only producers -no-report
 
 ## bench-full: the same with larger runs and more rounds (longer)
 bench-full:

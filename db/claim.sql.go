@@ -213,10 +213,12 @@ claimed AS (
            attempts      = o.attempts + 1
      WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
     RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-              o.event_type, o.payload, o.headers, o.created_at
+              o.event_type, o.payload, o.headers, o.created_at, o.seq, o.prev_seq, o.sent_seq
 )
 SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
        c.event_type, c.payload, c.headers, c.created_at,
+       coalesce(c.seq, 0)::bigint AS seq, coalesce(c.prev_seq, 0)::bigint AS prev_seq,
+       coalesce(c.sent_seq, 0)::bigint AS sent_seq,
        EXISTS (SELECT 1 FROM expired)::boolean AS recovered
   FROM claimed AS c
  ORDER BY c.id
@@ -241,6 +243,9 @@ type OutboxClaimOrderedRow struct {
 	Payload       []byte    `json:"payload"`
 	Headers       []byte    `json:"headers"`
 	CreatedAt     time.Time `json:"created_at"`
+	Seq           int64     `json:"seq"`
+	PrevSeq       int64     `json:"prev_seq"`
+	SentSeq       int64     `json:"sent_seq"`
 	Recovered     bool      `json:"recovered"`
 }
 
@@ -280,6 +285,8 @@ type OutboxClaimOrderedRow struct {
 // availability are re-checked on the locked row version; the locked rows are
 // then updated through id = ANY(ARRAY(...)), as in OutboxClaim. Rows come
 // back in id order.
+// Each row comes with its position (seq, prev_seq, sent_seq; 0 for none),
+// as OutboxClaimOrderedWindow returns it.
 // 0 rows: no aggregate has a claimable head right now; it may be blocked by a
 // dead head, or a head in flight or in backoff.
 func (q *Queries) OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]*OutboxClaimOrderedRow, error) {
@@ -308,6 +315,9 @@ func (q *Queries) OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrdered
 			&i.Payload,
 			&i.Headers,
 			&i.CreatedAt,
+			&i.Seq,
+			&i.PrevSeq,
+			&i.SentSeq,
 			&i.Recovered,
 		); err != nil {
 			return nil, err

@@ -265,7 +265,9 @@ func (q *Queries) OutboxIsolateClaimOrdered(ctx context.Context, arg OutboxIsola
 }
 
 const outboxIsolateRead = `-- name: OutboxIsolateRead :one
-SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at,
+       coalesce(seq, 0)::bigint AS seq, coalesce(prev_seq, 0)::bigint AS prev_seq,
+       coalesce(sent_seq, 0)::bigint AS sent_seq
   FROM outbox
  WHERE id = $1::bigint
    AND status = 'processing'
@@ -287,13 +289,18 @@ type OutboxIsolateReadRow struct {
 	Payload       []byte    `json:"payload"`
 	Headers       []byte    `json:"headers"`
 	CreatedAt     time.Time `json:"created_at"`
+	Seq           int64     `json:"seq"`
+	PrevSeq       int64     `json:"prev_seq"`
+	SentSeq       int64     `json:"sent_seq"`
 }
 
 // OutboxIsolateRead reads one claimed message in full, fenced: only while the
 // caller still holds the lease it claimed (lease_owner and lease_version, the
 // token of finalize.sql). A data or resource error here
 // (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
-// it to dead with OutboxMarkDead, naming the SQLSTATE.
+// it to dead with OutboxMarkDead, naming the SQLSTATE. An ordered row comes
+// with its position (seq, prev_seq, sent_seq; 0 for none), as the claims
+// return it.
 // Lock strategy: none (a plain read by primary key).
 // No row (pgx.ErrNoRows): lease lost.
 func (q *Queries) OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (*OutboxIsolateReadRow, error) {
@@ -307,6 +314,9 @@ func (q *Queries) OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadPa
 		&i.Payload,
 		&i.Headers,
 		&i.CreatedAt,
+		&i.Seq,
+		&i.PrevSeq,
+		&i.SentSeq,
 	)
 	return &i, err
 }

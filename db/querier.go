@@ -136,6 +136,8 @@ type Querier interface {
 	// availability are re-checked on the locked row version; the locked rows are
 	// then updated through id = ANY(ARRAY(...)), as in OutboxClaim. Rows come
 	// back in id order.
+	// Each row comes with its position (seq, prev_seq, sent_seq; 0 for none),
+	// as OutboxClaimOrderedWindow returns it.
 	// 0 rows: no aggregate has a claimable head right now; it may be blocked by a
 	// dead head, or a head in flight or in backoff.
 	OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]*OutboxClaimOrderedRow, error)
@@ -155,6 +157,11 @@ type Querier interface {
 	// Lock strategy: as OutboxClaimWindow; the head flag and status are
 	// re-checked on the locked row version.
 	// Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
+	// Each row comes with its position (migration 00010): seq, prev_seq (the
+	// aggregate's previous event) and sent_seq (the latest earlier event that
+	// was delivered), 0 for none; prev_seq <> sent_seq means the previous
+	// event was skipped. OutboxClaimWindow returns the same columns (0 for
+	// unordered rows), so that both share one row type.
 	// 0 rows: no new head is claimable since the cursor.
 	OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimOrderedWindowParams) ([]*OutboxClaimOrderedWindowRow, error)
 	// OutboxClaimPassed claims, without their payloads, the pending unordered
@@ -589,7 +596,9 @@ type Querier interface {
 	// caller still holds the lease it claimed (lease_owner and lease_version, the
 	// token of finalize.sql). A data or resource error here
 	// (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
-	// it to dead with OutboxMarkDead, naming the SQLSTATE.
+	// it to dead with OutboxMarkDead, naming the SQLSTATE. An ordered row comes
+	// with its position (seq, prev_seq, sent_seq; 0 for none), as the claims
+	// return it.
 	// Lock strategy: none (a plain read by primary key).
 	// No row (pgx.ErrNoRows): lease lost.
 	OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (*OutboxIsolateReadRow, error)
@@ -752,8 +761,11 @@ type Querier interface {
 	// This reads each aggregate's first index entries, like OutboxClaimOrdered:
 	// under a long-held snapshot it pays for the delivered rows kept, once per
 	// interval, off the claim path.
+	// A head flagged here gets its sent_seq (migration 00010) from the rows
+	// still in the table: the latest earlier one that is done.
 	// Lock strategy: plain UPDATE by primary key of the rows chosen.
-	// Index: outbox_ordered_head (loose index scan).
+	// Index: outbox_ordered_head (loose index scan), outbox_ordered_seq (one
+	// backward step per head flagged).
 	// Rows affected: heads flagged; 0 is the normal case.
 	OutboxRepairHeads(ctx context.Context) (int64, error)
 	// OutboxRepairSequences moves the id identity sequence and outbox_seq past

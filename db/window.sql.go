@@ -72,11 +72,13 @@ claimed AS (
            attempts      = o.attempts + 1
      WHERE o.id = ANY ((ARRAY(SELECT id FROM open_tx UNION ALL SELECT id FROM fresh UNION ALL SELECT id FROM due))[1:$3::integer])
     RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-              o.event_type, o.payload, o.headers, o.created_at, o.txid
+              o.event_type, o.payload, o.headers, o.created_at, o.txid, o.seq, o.prev_seq, o.sent_seq
 )
 SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
        c.event_type, c.payload, c.headers, c.created_at,
        (c.txid::text)::bigint AS txid,
+       coalesce(c.seq, 0)::bigint AS seq, coalesce(c.prev_seq, 0)::bigint AS prev_seq,
+       coalesce(c.sent_seq, 0)::bigint AS sent_seq,
        (CASE WHEN c.id IN (SELECT id FROM open_tx) THEN 'open'
              WHEN c.id IN (SELECT id FROM fresh) THEN 'fresh'
              ELSE 'due' END)::text AS lane
@@ -106,6 +108,9 @@ type OutboxClaimOrderedWindowRow struct {
 	Headers       []byte    `json:"headers"`
 	CreatedAt     time.Time `json:"created_at"`
 	Txid          int64     `json:"txid"`
+	Seq           int64     `json:"seq"`
+	PrevSeq       int64     `json:"prev_seq"`
+	SentSeq       int64     `json:"sent_seq"`
 	Lane          string    `json:"lane"`
 }
 
@@ -125,6 +130,11 @@ type OutboxClaimOrderedWindowRow struct {
 // Lock strategy: as OutboxClaimWindow; the head flag and status are
 // re-checked on the locked row version.
 // Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
+// Each row comes with its position (migration 00010): seq, prev_seq (the
+// aggregate's previous event) and sent_seq (the latest earlier event that
+// was delivered), 0 for none; prev_seq <> sent_seq means the previous
+// event was skipped. OutboxClaimWindow returns the same columns (0 for
+// unordered rows), so that both share one row type.
 // 0 rows: no new head is claimable since the cursor.
 func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimOrderedWindowParams) ([]*OutboxClaimOrderedWindowRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimOrderedWindow,
@@ -155,6 +165,9 @@ func (q *Queries) OutboxClaimOrderedWindow(ctx context.Context, arg OutboxClaimO
 			&i.Headers,
 			&i.CreatedAt,
 			&i.Txid,
+			&i.Seq,
+			&i.PrevSeq,
+			&i.SentSeq,
 			&i.Lane,
 		); err != nil {
 			return nil, err
@@ -566,11 +579,13 @@ claimed AS (
            attempts      = o.attempts + 1
      WHERE o.id = ANY ((ARRAY(SELECT id FROM open_tx UNION ALL SELECT id FROM fresh UNION ALL SELECT id FROM due))[1:$3::integer])
     RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-              o.event_type, o.payload, o.headers, o.created_at, o.txid
+              o.event_type, o.payload, o.headers, o.created_at, o.txid, o.seq, o.prev_seq, o.sent_seq
 )
 SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
        c.event_type, c.payload, c.headers, c.created_at,
        (c.txid::text)::bigint AS txid,
+       coalesce(c.seq, 0)::bigint AS seq, coalesce(c.prev_seq, 0)::bigint AS prev_seq,
+       coalesce(c.sent_seq, 0)::bigint AS sent_seq,
        (CASE WHEN c.id IN (SELECT id FROM open_tx) THEN 'open'
              WHEN c.id IN (SELECT id FROM fresh) THEN 'fresh'
              ELSE 'due' END)::text AS lane
@@ -600,6 +615,9 @@ type OutboxClaimWindowRow struct {
 	Headers       []byte    `json:"headers"`
 	CreatedAt     time.Time `json:"created_at"`
 	Txid          int64     `json:"txid"`
+	Seq           int64     `json:"seq"`
+	PrevSeq       int64     `json:"prev_seq"`
+	SentSeq       int64     `json:"sent_seq"`
 	Lane          string    `json:"lane"`
 }
 
@@ -670,6 +688,9 @@ func (q *Queries) OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowPa
 			&i.Headers,
 			&i.CreatedAt,
 			&i.Txid,
+			&i.Seq,
+			&i.PrevSeq,
+			&i.SentSeq,
 			&i.Lane,
 		); err != nil {
 			return nil, err
@@ -705,11 +726,20 @@ WITH RECURSIVE heads AS (
          LIMIT 1
      ) AS nxt
 )
-UPDATE outbox
+UPDATE outbox AS r
    SET head = true,
+       sent_seq = (SELECT p.seq
+                     FROM outbox AS p
+                    WHERE p.ordered
+                      AND p.seq IS NOT NULL
+                      AND p.aggregate_id = r.aggregate_id
+                      AND p.seq < r.seq
+                      AND p.status = 'done'
+                    ORDER BY p.aggregate_id, p.seq DESC
+                    LIMIT 1),
        txid = pg_current_xact_id()
- WHERE id IN (SELECT heads.id FROM heads WHERE heads.head IS NOT TRUE)
-   AND head IS NOT TRUE
+ WHERE r.id IN (SELECT heads.id FROM heads WHERE heads.head IS NOT TRUE)
+   AND r.head IS NOT TRUE
 `
 
 // OutboxRepairHeads flags the head of every aggregate whose first
@@ -722,8 +752,11 @@ UPDATE outbox
 // This reads each aggregate's first index entries, like OutboxClaimOrdered:
 // under a long-held snapshot it pays for the delivered rows kept, once per
 // interval, off the claim path.
+// A head flagged here gets its sent_seq (migration 00010) from the rows
+// still in the table: the latest earlier one that is done.
 // Lock strategy: plain UPDATE by primary key of the rows chosen.
-// Index: outbox_ordered_head (loose index scan).
+// Index: outbox_ordered_head (loose index scan), outbox_ordered_seq (one
+// backward step per head flagged).
 // Rows affected: heads flagged; 0 is the normal case.
 func (q *Queries) OutboxRepairHeads(ctx context.Context) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxRepairHeads)

@@ -519,7 +519,10 @@ func (d *Dispatcher) dispatch(jobs chan<- *job, j *job) {
 // so every message carries the dispatcher's Source: a message published
 // again after a takeover must keep its idempotency key.
 func (d *Dispatcher) newJob(id, leaseVersion int64, leaseOwner string, attempts int32, deadline time.Time,
-	aggregateType, aggregateID, eventType string, payload, headers []byte, createdAt time.Time, ordered bool) *job {
+	aggregateType, aggregateID, eventType string, payload, headers []byte, createdAt time.Time, ordered bool, pos Position) *job {
+	if !ordered {
+		pos = Position{}
+	}
 	return &job{
 		id:           id,
 		leaseVersion: leaseVersion,
@@ -538,8 +541,23 @@ func (d *Dispatcher) newJob(id, leaseVersion int64, leaseOwner string, attempts 
 			Attempt:       int(attempts),
 			CreatedAt:     createdAt,
 			Ordered:       ordered,
+			Position:      pos,
 		},
 	}
+}
+
+// position is the Position of an ordered row from its seq, prev_seq and
+// sent_seq columns (migration 00010; 0 for none): the previous event was
+// skipped exactly when the latest delivered one is not the previous one.
+func position(seq, prev, sent int64) Position {
+	if seq == 0 {
+		return Position{}
+	}
+	p := Position{Seq: seq, Prev: prev}
+	if sent != prev {
+		p.Skipped, p.Sent = true, sent
+	}
+	return p
 }
 
 // release frees n in-flight slots and wakes the claimer.

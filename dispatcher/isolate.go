@@ -108,7 +108,7 @@ func (d *Dispatcher) readClaimed(ctx context.Context, r claimedRow, deadline tim
 		// start + Lease (a failed write left the longer one).
 		deadline = start.Add(d.cfg.Lease)
 		return d.newJob(row.ID, r.leaseVersion, r.leaseOwner, r.attempts, deadline, row.AggregateType, row.AggregateID,
-			row.EventType, row.Payload, row.Headers, row.CreatedAt, r.ordered)
+			row.EventType, row.Payload, row.Headers, row.CreatedAt, r.ordered, position(row.Seq, row.PrevSeq, row.SentSeq))
 	}
 	j := &job{id: r.id, leaseVersion: r.leaseVersion, leaseOwner: r.leaseOwner, attempts: r.attempts, deadline: deadline,
 		msg: Message{ID: IDString(r.id), OutboxID: r.id, Attempt: int(r.attempts), Ordered: r.ordered}}

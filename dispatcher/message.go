@@ -45,10 +45,11 @@ type Message struct {
 	TraceParent string
 	TraceState  string
 	// Position is an ordered event's place in its aggregate's commit order,
-	// which publishers send as CloudEvents extension attributes (see
-	// cloudevents.PositionAttributes) so consumers can check order and
-	// completeness (package inbox). Zero when the outbox does not provide
-	// it: unordered events, and claims that do not read it.
+	// as the outbox stamped it (columns seq, prev_seq and sent_seq,
+	// migration 00010), which publishers send as CloudEvents extension
+	// attributes (see cloudevents.PositionAttributes) so consumers can check
+	// order and completeness (package inbox). Every claim of the dispatcher
+	// reads it; zero for unordered events.
 	Position Position
 }
 

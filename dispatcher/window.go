@@ -271,7 +271,7 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 	d.inFlight.Add(int64(len(rows)))
 	for _, r := range rows {
 		jobs <- d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
-			r.EventType, r.Payload, r.Headers, r.CreatedAt, ordered)
+			r.EventType, r.Payload, r.Headers, r.CreatedAt, ordered, position(r.Seq, r.PrevSeq, r.SentSeq))
 	}
 	return len(rows), nil
 }

@@ -129,11 +129,15 @@ RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 -- caller still holds the lease it claimed (lease_owner and lease_version, the
 -- token of finalize.sql). A data or resource error here
 -- (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
--- it to dead with OutboxMarkDead, naming the SQLSTATE.
+-- it to dead with OutboxMarkDead, naming the SQLSTATE. An ordered row comes
+-- with its position (seq, prev_seq, sent_seq; 0 for none), as the claims
+-- return it.
 -- Lock strategy: none (a plain read by primary key).
 -- No row (pgx.ErrNoRows): lease lost.
 -- name: OutboxIsolateRead :one
-SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at,
+       coalesce(seq, 0)::bigint AS seq, coalesce(prev_seq, 0)::bigint AS prev_seq,
+       coalesce(sent_seq, 0)::bigint AS sent_seq
   FROM outbox
  WHERE id = @id::bigint
    AND status = 'processing'

@@ -154,11 +154,13 @@ claimed AS (
            attempts      = o.attempts + 1
      WHERE o.id = ANY ((ARRAY(SELECT id FROM open_tx UNION ALL SELECT id FROM fresh UNION ALL SELECT id FROM due))[1:@batch::integer])
     RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-              o.event_type, o.payload, o.headers, o.created_at, o.txid
+              o.event_type, o.payload, o.headers, o.created_at, o.txid, o.seq, o.prev_seq, o.sent_seq
 )
 SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
        c.event_type, c.payload, c.headers, c.created_at,
        (c.txid::text)::bigint AS txid,
+       coalesce(c.seq, 0)::bigint AS seq, coalesce(c.prev_seq, 0)::bigint AS prev_seq,
+       coalesce(c.sent_seq, 0)::bigint AS sent_seq,
        (CASE WHEN c.id IN (SELECT id FROM open_tx) THEN 'open'
              WHEN c.id IN (SELECT id FROM fresh) THEN 'fresh'
              ELSE 'due' END)::text AS lane
@@ -270,6 +272,11 @@ RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 -- Lock strategy: as OutboxClaimWindow; the head flag and status are
 -- re-checked on the locked row version.
 -- Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
+-- Each row comes with its position (migration 00010): seq, prev_seq (the
+-- aggregate's previous event) and sent_seq (the latest earlier event that
+-- was delivered), 0 for none; prev_seq <> sent_seq means the previous
+-- event was skipped. OutboxClaimWindow returns the same columns (0 for
+-- unordered rows), so that both share one row type.
 -- 0 rows: no new head is claimable since the cursor.
 -- name: OutboxClaimOrderedWindow :many
 WITH win AS (
@@ -333,11 +340,13 @@ claimed AS (
            attempts      = o.attempts + 1
      WHERE o.id = ANY ((ARRAY(SELECT id FROM open_tx UNION ALL SELECT id FROM fresh UNION ALL SELECT id FROM due))[1:@batch::integer])
     RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-              o.event_type, o.payload, o.headers, o.created_at, o.txid
+              o.event_type, o.payload, o.headers, o.created_at, o.txid, o.seq, o.prev_seq, o.sent_seq
 )
 SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
        c.event_type, c.payload, c.headers, c.created_at,
        (c.txid::text)::bigint AS txid,
+       coalesce(c.seq, 0)::bigint AS seq, coalesce(c.prev_seq, 0)::bigint AS prev_seq,
+       coalesce(c.sent_seq, 0)::bigint AS sent_seq,
        (CASE WHEN c.id IN (SELECT id FROM open_tx) THEN 'open'
              WHEN c.id IN (SELECT id FROM fresh) THEN 'fresh'
              ELSE 'due' END)::text AS lane
@@ -436,8 +445,11 @@ SELECT outbox_resolve_heads(@max_rows::integer)::integer AS decided;
 -- This reads each aggregate's first index entries, like OutboxClaimOrdered:
 -- under a long-held snapshot it pays for the delivered rows kept, once per
 -- interval, off the claim path.
+-- A head flagged here gets its sent_seq (migration 00010) from the rows
+-- still in the table: the latest earlier one that is done.
 -- Lock strategy: plain UPDATE by primary key of the rows chosen.
--- Index: outbox_ordered_head (loose index scan).
+-- Index: outbox_ordered_head (loose index scan), outbox_ordered_seq (one
+-- backward step per head flagged).
 -- Rows affected: heads flagged; 0 is the normal case.
 -- name: OutboxRepairHeads :execrows
 WITH RECURSIVE heads AS (
@@ -462,11 +474,20 @@ WITH RECURSIVE heads AS (
          LIMIT 1
      ) AS nxt
 )
-UPDATE outbox
+UPDATE outbox AS r
    SET head = true,
+       sent_seq = (SELECT p.seq
+                     FROM outbox AS p
+                    WHERE p.ordered
+                      AND p.seq IS NOT NULL
+                      AND p.aggregate_id = r.aggregate_id
+                      AND p.seq < r.seq
+                      AND p.status = 'done'
+                    ORDER BY p.aggregate_id, p.seq DESC
+                    LIMIT 1),
        txid = pg_current_xact_id()
- WHERE id IN (SELECT heads.id FROM heads WHERE heads.head IS NOT TRUE)
-   AND head IS NOT TRUE;
+ WHERE r.id IN (SELECT heads.id FROM heads WHERE heads.head IS NOT TRUE)
+   AND r.head IS NOT TRUE;
 
 -- OutboxTableLocked reports whether another session holds, or waits for, a
 -- lock on the outbox table that conflicts with the ROW EXCLUSIVE lock every

@@ -93,13 +93,18 @@ func consume(ctx context.Context, log *slog.Logger, name, outboxURL, consumerURL
 	}
 	defer consumer.Close()
 	b := &broker{name: name}
-	// The position of an event, read from the outbox: its seq and the seq
-	// of the previous ordered event of its aggregate (index
-	// TABLE_ordered_seq). This is what relays will send (docs/inbox.md);
-	// a message that already carries one must agree.
+	// The position of an event, computed from the outbox's rows rather
+	// than read from the columns the relay sends (prev_seq, sent_seq): its
+	// seq, the seq of the previous ordered event of its aggregate and of
+	// the latest earlier one that was delivered (index TABLE_ordered_seq).
+	// The event is claimed only once every earlier one is resolved, so
+	// their statuses are final here. What arrived must agree.
 	lookup := fmt.Sprintf(`SELECT o.ordered, coalesce(o.seq, 0),
 	       coalesce((SELECT p.seq FROM %[1]s AS p
 	                  WHERE p.aggregate_id = o.aggregate_id AND p.ordered AND p.seq < o.seq
+	                  ORDER BY p.seq DESC LIMIT 1), 0),
+	       coalesce((SELECT p.seq FROM %[1]s AS p
+	                  WHERE p.aggregate_id = o.aggregate_id AND p.ordered AND p.seq < o.seq AND p.status = 'done'
 	                  ORDER BY p.seq DESC LIMIT 1), 0)
 	  FROM %[1]s AS o WHERE o.id = $1`, b.outboxTable())
 	prepare := func(ctx context.Context, m *inbox.Message) error {
@@ -109,13 +114,17 @@ func consume(ctx context.Context, log *slog.Logger, name, outboxURL, consumerURL
 		}
 		var ordered bool
 		var want inbox.Position
-		if err := outbox.QueryRow(ctx, lookup, id).Scan(&ordered, &want.Seq, &want.Prev); err != nil {
+		var sent int64
+		if err := outbox.QueryRow(ctx, lookup, id).Scan(&ordered, &want.Seq, &want.Prev, &sent); err != nil {
 			return fmt.Errorf("position of %d: %w", id, err)
+		}
+		if sent != want.Prev {
+			want.Skipped, want.Sent = true, sent
 		}
 		if !ordered {
 			want = inbox.Position{}
 		}
-		if m.Position.Seq != 0 && m.Position != want {
+		if m.Position != want {
 			if _, err := consumer.Exec(ctx, `INSERT INTO position_mismatches (broker, id, wire, outbox) VALUES ($1, $2, $3, $4)`,
 				name, m.ID, fmt.Sprint(m.Position), fmt.Sprint(want)); err != nil {
 				return err

@@ -30,4 +30,6 @@ type Outbox struct {
 	Seq           pgtype.Int8   `json:"seq"`
 	Txid          pgtype.Uint64 `json:"txid"`
 	Head          pgtype.Bool   `json:"head"`
+	PrevSeq       pgtype.Int8   `json:"prev_seq"`
+	SentSeq       pgtype.Int8   `json:"sent_seq"`
 }

@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/inbox"
 	"github.com/pgoutbox/pgoutbox/inbox/inboxhttp"
@@ -254,4 +257,150 @@ func TestHandler_CrashBetweenCommitAndAnswerIsRetriedAsADuplicate(t *testing.T) 
 	if s := ib.Stats(); s.Processed != 3 || s.Duplicates != 3 {
 		t.Fatalf("inbox stats %+v", s)
 	}
+}
+
+// orderedOutbox returns a fresh outbox database holding n ordered events of
+// each aggregate, enqueued alternately, and their ids per aggregate in
+// commit order.
+func orderedOutbox(t *testing.T, n int, aggs ...string) (*pgxpool.Pool, map[string][]string) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	ids := map[string][]string{}
+	for i := range n {
+		for _, agg := range aggs {
+			id, err := dispatcher.Enqueue(context.Background(), pool, dispatcher.Event{AggregateType: "order", AggregateID: agg,
+				EventType: "OrderChanged", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Ordered: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[agg] = append(ids[agg], dispatcher.IDString(id))
+		}
+	}
+	return pool, ids
+}
+
+// effectsOf returns, per aggregate, the ids of the side effects in the order
+// they committed, and the positions and gap reasons they were handled with.
+func effectsOf(t *testing.T, pool *pgxpool.Pool) (ids map[string][]string, seqs map[string][]int64, gaps map[string][]string) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT aggregate_id, id, seq, gap FROM effects ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	ids, seqs, gaps = map[string][]string{}, map[string][]int64{}, map[string][]string{}
+	for rows.Next() {
+		var agg, id, gap string
+		var seq int64
+		if err := rows.Scan(&agg, &id, &seq, &gap); err != nil {
+			t.Fatal(err)
+		}
+		ids[agg], seqs[agg], gaps[agg] = append(ids[agg], id), append(seqs[agg], seq), append(gaps[agg], gap)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids, seqs, gaps
+}
+
+// outboxSeqs returns the seq the outbox stamped on each id.
+func outboxSeqs(t *testing.T, pool *pgxpool.Pool, ids []string) []int64 {
+	t.Helper()
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		if err := pool.QueryRow(context.Background(), `SELECT seq FROM outbox WHERE id = $1::bigint`, id).Scan(&out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// A real relay publishing ordered events through the webhook: each carries
+// the position the outbox stamped at COMMIT, and the inbox takes every one
+// as next in order, with nothing parked and no gap.
+func TestHandler_RelayPositionsAreAcceptedInOrder(t *testing.T) {
+	t.Parallel()
+	consumerDB := inboxtest.NewPool(t)
+	ib := inboxtest.NewInbox(t, inbox.Config{DB: consumerDB, Handler: inboxtest.Effect})
+	srv := httptest.NewServer(newHandler(t, ib))
+	defer srv.Close()
+	const n = 20
+	outboxDB, want := orderedOutbox(t, n, "o-1", "o-2")
+	d := runDispatcher(t, outboxDB, newPublisher(t, srv.URL))
+	inboxtest.WaitCount(t, consumerDB, 2*n, time.Minute, `SELECT count(*) FROM effects`)
+	ids, seqs, gaps := effectsOf(t, consumerDB)
+	for agg, w := range want {
+		if diff := cmp.Diff(w, ids[agg]); diff != "" {
+			t.Fatalf("%s: processed (-want +got):\n%s", agg, diff)
+		}
+		if diff := cmp.Diff(outboxSeqs(t, outboxDB, w), seqs[agg]); diff != "" {
+			t.Fatalf("%s: positions handled (-outbox +got):\n%s", agg, diff)
+		}
+		if diff := cmp.Diff(make([]string, n), gaps[agg]); diff != "" {
+			t.Fatalf("%s: gaps (-want +got):\n%s", agg, diff)
+		}
+	}
+	if s := ib.Stats(); s.Processed != 2*n || s.Parked != 0 || s.Gaps != 0 || s.Invalid != 0 {
+		t.Fatalf("inbox stats %+v, want every event next in order", s)
+	}
+	if s := d.Stats(); s.Published < 2*n {
+		t.Fatalf("relay stats %+v", s)
+	}
+}
+
+// A skipped predecessor: the relay sends event 2 to dead (its publish
+// fails permanently) and an operator skips it; event 3 arrives naming 2
+// as skipped and 1 as the last delivered, and the inbox processes it at
+// once with a gap of reason skipped, instead of waiting for 2.
+func TestHandler_SkippedPredecessorArrivesAsAGap(t *testing.T) {
+	t.Parallel()
+	consumerDB := inboxtest.NewPool(t)
+	ib := inboxtest.NewInbox(t, inbox.Config{DB: consumerDB, Handler: inboxtest.Effect})
+	srv := httptest.NewServer(newHandler(t, ib))
+	defer srv.Close()
+	outboxDB, all := orderedOutbox(t, 3, "o-1")
+	ids := all["o-1"]
+	p := newPublisher(t, srv.URL)
+	sent := make(chan dispatcher.Message, 10)
+	failing := dispatcher.PublisherFunc(func(ctx context.Context, m dispatcher.Message) error {
+		if m.ID == ids[1] {
+			return dispatcher.Permanent(errors.New("the receiver rejects it"))
+		}
+		sent <- m
+		return p.Publish(ctx, m)
+	})
+	runDispatcher(t, outboxDB, failing)
+	inboxtest.WaitCount(t, outboxDB, 1, time.Minute, `SELECT count(*) FROM outbox WHERE id = $1::bigint AND status = 'dead'`, ids[1])
+	if n, err := db.New(outboxDB).OutboxSkipDead(context.Background(), db.OutboxSkipDeadParams{ID: mustID(t, ids[1])}); err != nil || n != 1 {
+		t.Fatalf("skip: %d %v", n, err)
+	}
+	inboxtest.WaitCount(t, consumerDB, 2, time.Minute, `SELECT count(*) FROM effects`)
+	s := outboxSeqs(t, outboxDB, ids)
+	<-sent
+	third := <-sent
+	if want := (dispatcher.Position{Seq: s[2], Prev: s[1], Skipped: true, Sent: s[0]}); third.Position != want {
+		t.Fatalf("event 3 sent with %+v, want %+v", third.Position, want)
+	}
+	got, seqs, gaps := effectsOf(t, consumerDB)
+	if diff := cmp.Diff([]string{ids[0], ids[2]}, got["o-1"]); diff != "" {
+		t.Fatalf("processed (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int64{s[0], s[2]}, seqs["o-1"]); diff != "" {
+		t.Fatalf("positions (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"", string(inbox.GapSkipped)}, gaps["o-1"]); diff != "" {
+		t.Fatalf("gaps (-want +got):\n%s", diff)
+	}
+	if st := ib.Stats(); st.Parked != 0 || st.Gaps != 1 {
+		t.Fatalf("inbox stats %+v, want one gap and nothing parked", st)
+	}
+}
+
+func mustID(t *testing.T, s string) int64 {
+	t.Helper()
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -199,9 +199,9 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 
 	r = call(t, invocation{env: env}, "stats")
 	wantCode(t, r, ExitFailure)
-	// The table check comes first: at version 2 the table lacks 00004's
-	// and 00005's columns, and the message says what to run.
-	mustContain(t, r, "stderr", "lacks the columns seq, txid, head: apply the newer pgoutbox migrations (pgoutbox migrate up")
+	// The table check comes first: at version 2 the table lacks 00004's,
+	// 00005's and 00010's columns, and the message says what to run.
+	mustContain(t, r, "stderr", "lacks the columns seq, txid, head, prev_seq, sent_seq: apply the newer pgoutbox migrations (pgoutbox migrate up")
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)

@@ -2,42 +2,56 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/dispatcher"
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
-// Item 4b: the producer-side cost of ordered events. Ordered rows get their
-// commit position (seq) at COMMIT from the deferred trigger
-// outbox_commit_order, under a per-aggregate advisory lock: one extra UPDATE
-// per ordered row, and commits of one aggregate go one at a time. This item
-// measures 8 concurrent producers, each transaction one or 10 separate
-// Enqueue calls, with unordered events, ordered events of distinct
-// aggregates (each producer its own), and ordered events of one hot
-// aggregate shared by all producers.
+// Item 4b: the producer's tax. What an outbox INSERT costs a business
+// transaction against the same INSERT into a plain table with only a
+// primary key: producerClients sessions, each transaction one INSERT
+// (autocommit), as fast as they go, for every case in turn. The outbox is
+// measured twice in the same run: as this build migrates it ("after") and
+// as migration 00009 left it ("before": the same database migrated up and
+// then down to 00009, in a database of its own). Per case: committed
+// transactions per second and WAL bytes per transaction
+// (pg_current_wal_lsn around the round, after a CHECKPOINT, so every case
+// pays its full-page images alike).
+//
+// The bound of one hot aggregate: its producers' COMMITs take the
+// aggregate's lock one at a time, and each holder releases it only once its
+// commit record is flushed, so they cannot share a WAL flush: at best one
+// commit per flush. Measured as one session committing plain INSERTs (each
+// waits for its own flush).
 
 const (
-	producerClients = 8
+	producerClients       = 8
+	producerBeforeVersion = 9
+	producerBeforeDB      = "outbox_before"
 )
 
 // producerCase is one measured producer workload.
 type producerCase struct {
-	Name     string // unordered, ordered, ordered-hot
-	PerTx    int    // events per transaction (separate Enqueue calls)
+	Name     string // plain, unordered, ordered, ordered-hot, flush-bound
+	Schema   string // after (this build), before (migration 00009); "" for the plain table
 	Rounds   []float64
+	WALs     []float64
 	TxPerSec float64 // median of Rounds
+	WALPerTx float64 // median of WALs
 }
 
-func (c producerCase) label() string { return fmt.Sprintf("%s/%d", c.Name, c.PerTx) }
+func (c producerCase) label() string {
+	if c.Schema == "" {
+		return c.Name
+	}
+	return c.Name + "/" + c.Schema
+}
 
 // runProducers is item 4b. Rounds are interleaved (every case once per
 // round, in the same order) so that load from elsewhere on the machine
@@ -47,58 +61,122 @@ func runProducers(ctx context.Context, e *env) error {
 	if e.o.full {
 		dur = 15 * time.Second
 	}
-	cases := []*producerCase{
-		{Name: "unordered", PerTx: 1}, {Name: "ordered", PerTx: 1},
-		{Name: "unordered", PerTx: 10}, {Name: "ordered", PerTx: 10},
-		{Name: "ordered-hot", PerTx: 1}, {Name: "ordered-hot", PerTx: 10},
+	beforeURL := withDB(e.outboxURL, producerBeforeDB)
+	if err := createBefore(ctx, e, beforeURL); err != nil {
+		return fmt.Errorf("producers: the before schema: %w", err)
 	}
-	pool, err := newPool(ctx, e.outboxURL, producerClients)
+	after, err := newPool(ctx, e.outboxURL, producerClients)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer after.Close()
+	before, err := newPool(ctx, beforeURL, producerClients)
+	if err != nil {
+		return err
+	}
+	defer before.Close()
+	if _, err := after.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_plain (
+	    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	    aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
+	    payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return err
+	}
+	cases := []*producerCase{
+		{Name: "plain"},
+		{Name: "unordered", Schema: "before"}, {Name: "unordered", Schema: "after"},
+		{Name: "ordered", Schema: "before"}, {Name: "ordered", Schema: "after"},
+		{Name: "ordered-hot", Schema: "before"}, {Name: "ordered-hot", Schema: "after"},
+		{Name: "flush-bound"},
+	}
 	for round := 0; round < e.o.rounds; round++ {
 		for _, c := range cases {
-			if err := resetOutbox(ctx, e.outbox); err != nil {
-				return err
+			pool := after
+			if c.Schema == "before" {
+				pool = before
 			}
-			if err := settle(ctx, e.outbox, "outbox"); err != nil {
-				return err
-			}
-			rate, err := produceFor(ctx, pool, c.Name, c.PerTx, dur)
+			rate, wal, err := produceRound(ctx, pool, c.Name, dur)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.label(), err)
 			}
-			if err := checkSequenced(ctx, e.outbox, c.Name != "unordered"); err != nil {
-				return fmt.Errorf("%s: %w", c.label(), err)
+			if c.Schema != "" {
+				if err := checkSequenced(ctx, pool, c.Name != "unordered", c.Schema == "after"); err != nil {
+					return fmt.Errorf("%s: %w", c.label(), err)
+				}
 			}
-			c.Rounds = append(c.Rounds, rate)
-			logf("producers: round %d %-15s %4.0f tx/s (%5.0f events/s)", round+1, c.label(), rate, rate*float64(c.PerTx))
+			c.Rounds, c.WALs = append(c.Rounds, rate), append(c.WALs, wal)
+			logf("producers: round %d %-18s %6.0f tx/s, %4.0f B WAL/tx", round+1, c.label(), rate, wal)
 		}
 	}
 	for _, c := range cases {
-		s := slices.Clone(c.Rounds)
-		slices.Sort(s)
-		c.TxPerSec = s[len(s)/2]
+		c.TxPerSec, c.WALPerTx = median(c.Rounds), median(c.WALs)
 		e.res.Producers = append(e.res.Producers, *c)
 	}
 	e.res.ProducerClients = producerClients
 	e.res.ProducerSeconds = dur.Seconds()
+	for _, l := range producerTable(e.res) {
+		fmt.Println(l)
+	}
 	return nil
 }
 
-// produceFor runs producerClients producers for dur and returns committed
-// transactions per second.
-func produceFor(ctx context.Context, pool *pgxpool.Pool, kind string, perTx int, dur time.Duration) (float64, error) {
+// createBefore creates the before database: every migration up, then down
+// to producerBeforeVersion.
+func createBefore(ctx context.Context, e *env, url string) error {
+	if err := e.adminExec(ctx, "DROP DATABASE IF EXISTS "+producerBeforeDB+" WITH (FORCE)"); err != nil {
+		return err
+	}
+	if err := e.adminExec(ctx, "CREATE DATABASE "+producerBeforeDB); err != nil {
+		return err
+	}
+	pool, err := newPool(ctx, url, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, err := migrations.FromPool(pool)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if _, err := m.Up(ctx); err != nil {
+		return err
+	}
+	_, err = m.DownTo(ctx, producerBeforeVersion)
+	return err
+}
+
+// produceRound empties the case's table, checkpoints, and runs its
+// producers for dur: committed transactions per second and WAL bytes per
+// transaction.
+func produceRound(ctx context.Context, pool *pgxpool.Pool, kind string, dur time.Duration) (float64, float64, error) {
+	table, clients := "outbox", producerClients
+	insert := `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered) VALUES ('bench', $1, 'benchmark', $2, $3)`
+	switch kind {
+	case "plain":
+		table = "bench_plain"
+		insert = `INSERT INTO bench_plain (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', $1, 'benchmark', $2)`
+	case "flush-bound":
+		table, clients = "bench_plain", 1
+		insert = `INSERT INTO bench_plain (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', $1, 'benchmark', $2)`
+	}
+	for _, sql := range []string{"TRUNCATE " + table + " RESTART IDENTITY", "VACUUM ANALYZE " + table, "CHECKPOINT"} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			return 0, 0, err
+		}
+	}
+	var lsn0, lsn1 string
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn0); err != nil {
+		return 0, 0, err
+	}
 	var committed atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
-	ctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	start := time.Now()
 	deadline := start.Add(dur)
-	for p := 0; p < producerClients; p++ {
+	for p := 0; p < clients; p++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -107,17 +185,13 @@ func produceFor(ctx context.Context, pool *pgxpool.Pool, kind string, perTx int,
 				if kind == "ordered-hot" {
 					agg = "hot"
 				}
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					for j := 0; j < perTx; j++ {
-						if _, err := dispatcher.Enqueue(ctx, tx, dispatcher.Event{
-							AggregateType: "bench", AggregateID: agg, EventType: "benchmark",
-							Payload: json.RawMessage(`{"num":` + strconv.Itoa(i) + `}`), Ordered: kind != "unordered",
-						}); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
+				payload := `{"num":` + strconv.Itoa(i) + `}`
+				var err error
+				if table == "outbox" {
+					_, err = pool.Exec(rctx, insert, agg, payload, kind != "unordered")
+				} else {
+					_, err = pool.Exec(rctx, insert, agg, payload)
+				}
 				if err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return
@@ -129,20 +203,40 @@ func produceFor(ctx context.Context, pool *pgxpool.Pool, kind string, perTx int,
 	wg.Wait()
 	elapsed := time.Since(start)
 	if firstErr != nil {
-		return 0, firstErr
+		return 0, 0, firstErr
 	}
-	return float64(committed.Load()) / elapsed.Seconds(), nil
+	var wal float64
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn1); err != nil {
+		return 0, 0, err
+	}
+	if err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::float8`, lsn1, lsn0).Scan(&wal); err != nil {
+		return 0, 0, err
+	}
+	n := committed.Load()
+	return float64(n) / elapsed.Seconds(), wal / float64(max(n, 1)), nil
 }
 
 // checkSequenced verifies that ordered rows all got their commit position
-// (and unordered rows none).
-func checkSequenced(ctx context.Context, pool *pgxpool.Pool, ordered bool) error {
+// (and unordered rows none) and, with positions, that each ordered row's
+// prev_seq names its aggregate's previous row.
+func checkSequenced(ctx context.Context, pool *pgxpool.Pool, ordered, positions bool) error {
 	var bad int64
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE ordered <> $1 OR (seq IS NULL) = $1`, ordered).Scan(&bad); err != nil {
 		return err
 	}
 	if bad > 0 {
 		return fmt.Errorf("%d rows with the wrong ordered/seq state", bad)
+	}
+	if !ordered || !positions {
+		return nil
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM (
+	    SELECT prev_seq, lag(seq) OVER (PARTITION BY aggregate_id ORDER BY seq) AS want FROM outbox WHERE ordered) AS s
+	     WHERE prev_seq IS DISTINCT FROM want`).Scan(&bad); err != nil {
+		return err
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d ordered rows whose prev_seq is not their aggregate's previous seq", bad)
 	}
 	return nil
 }
