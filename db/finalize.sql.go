@@ -103,6 +103,8 @@ written AS (
                    unnest($2::text[])         AS outcome,
                    unnest($7::bigint[])      AS delay_us,
                    unnest($8::text[])           AS error,
+                   unnest($9::text[])          AS history,
+                   unnest($10::text[])          AS answer,
                    'processing'::text                AS status) AS f
      WHERE o.id = f.id
        AND o.status = f.status
@@ -110,7 +112,22 @@ written AS (
        AND o.lease_owner = f.lease_owner
        AND f.outcome IN ('done', 'retry', 'defer', 'dead', 'release')
        AND (SELECT n FROM handoff_locks) >= 0
-    RETURNING o.id, o.status
+    RETURNING o.id, o.status, o.attempts, o.last_error, f.history, f.answer, f.lease_owner, f.outcome
+),
+history AS (
+    INSERT INTO outbox_attempts AS h (message_id, slot, n, at, kind, attempt, actor, error, answer)
+    SELECT w.id, (p.n - 1) % 20, p.n, now(),
+           CASE WHEN w.status = 'dead' THEN 'dead' ELSE w.history END,
+           w.attempts + CASE WHEN w.outcome IN ('defer', 'release') THEN 1 ELSE 0 END,
+           w.lease_owner, w.last_error, nullif(left(w.answer, 500), '')
+      FROM written AS w
+     CROSS JOIN LATERAL (SELECT coalesce(max(a.n), 0) + 1 AS n
+                           FROM outbox_attempts AS a
+                          WHERE a.message_id = w.id) AS p
+     WHERE w.history <> ''
+    ON CONFLICT (message_id, slot) DO UPDATE
+       SET n = excluded.n, at = excluded.at, kind = excluded.kind, attempt = excluded.attempt,
+           actor = excluded.actor, error = excluded.error, answer = excluded.answer
 )
 SELECT coalesce(array_agg(written.id), '{}')::bigint[] AS ids,
        coalesce(array_agg(written.status), '{}')::text[] AS statuses
@@ -126,6 +143,8 @@ type OutboxFinalizeManyParams struct {
 	LeaseOwners   []string      `json:"lease_owners"`
 	DelaysUs      []int64       `json:"delays_us"`
 	Errors        []string      `json:"errors"`
+	History       []string      `json:"history"`
+	Answers       []string      `json:"answers"`
 }
 
 type OutboxFinalizeManyRow struct {
@@ -155,8 +174,18 @@ type OutboxFinalizeManyRow struct {
 //     which is no failure of the message. An empty error keeps last_error.
 //
 // Errors are truncated to 500 characters.
+// The attempt history (outbox_attempts, migration 00011): a row whose
+// @history is not empty ('retry', 'defer', 'unavailable', or 'dead', which
+// the statement records as 'dead' too when a retry or defer made the message
+// dead) gets an entry in the same statement, only if its own write matched
+// (fenced like it): its time, the claim (lease_owner), the attempt, its
+// error and @answers (the receiver's answer; ” for none). The entry's
+// number n is one more than the message's highest, its slot (n - 1) % 20,
+// overwritten in place once the message has 20: one primary-key probe of
+// at most 20 entries and one row written per failed publish, nothing for a
+// delivered row.
 // Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
-// f.status for the same reason).
+// f.status for the same reason); outbox_attempts by its primary key.
 // Returns the ids written and, in the same order, the status each got
 // ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
 // empty arrays when nothing was written.
@@ -170,6 +199,8 @@ func (q *Queries) OutboxFinalizeMany(ctx context.Context, arg OutboxFinalizeMany
 		arg.LeaseOwners,
 		arg.DelaysUs,
 		arg.Errors,
+		arg.History,
+		arg.Answers,
 	)
 	var i OutboxFinalizeManyRow
 	err := row.Scan(&i.Ids, &i.Statuses)

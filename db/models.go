@@ -31,3 +31,15 @@ type Outbox struct {
 	Txid          pgtype.Uint64 `json:"txid"`
 	Head          pgtype.Bool   `json:"head"`
 }
+
+type OutboxAttempt struct {
+	MessageID int64     `json:"message_id"`
+	Slot      int32     `json:"slot"`
+	N         int32     `json:"n"`
+	At        time.Time `json:"at"`
+	Kind      string    `json:"kind"`
+	Attempt   int32     `json:"attempt"`
+	Actor     *string   `json:"actor"`
+	Error     *string   `json:"error"`
+	Answer    *string   `json:"answer"`
+}

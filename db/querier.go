@@ -512,8 +512,18 @@ type Querier interface {
 	//   expiry), or a publish that found the receiver or broker unavailable,
 	//   which is no failure of the message. An empty error keeps last_error.
 	// Errors are truncated to 500 characters.
+	// The attempt history (outbox_attempts, migration 00011): a row whose
+	// @history is not empty ('retry', 'defer', 'unavailable', or 'dead', which
+	// the statement records as 'dead' too when a retry or defer made the message
+	// dead) gets an entry in the same statement, only if its own write matched
+	// (fenced like it): its time, the claim (lease_owner), the attempt, its
+	// error and @answers (the receiver's answer; '' for none). The entry's
+	// number n is one more than the message's highest, its slot (n - 1) % 20,
+	// overwritten in place once the message has 20: one primary-key probe of
+	// at most 20 entries and one row written per failed publish, nothing for a
+	// delivered row.
 	// Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
-	// f.status for the same reason).
+	// f.status for the same reason); outbox_attempts by its primary key.
 	// Returns the ids written and, in the same order, the status each got
 	// ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
 	// empty arrays when nothing was written.

@@ -1,0 +1,50 @@
+-- pgoutbox-migration: 00011_outbox_attempts.sql
+-- +goose Up
+-- outbox_attempts: the attempt history of each message, for the operator
+-- who is asked "what happened to order 42": every publish that failed (its
+-- time, the relay's claim, the error and what the receiver answered) and
+-- every operator action that sent the message out again (a redrive of a
+-- dead message, a redelivery of a delivered one), the last 20 per message.
+--
+-- Written by the relay's batch writer (OutboxFinalizeMany) in the same
+-- statement as the failure's outcome: nothing on the success path (a batch
+-- that only succeeded is written by OutboxMarkDoneMany, which never touches
+-- this table), one row version per failed publish on the failure path.
+--
+-- Bounded without a DELETE: each message has 20 slots, a ring. Entry n
+-- (1, 2, ... for the message's whole life; never reset, so a redrive, which
+-- resets outbox.attempts, loses no count) goes to slot (n - 1) % 20 with
+-- INSERT ... ON CONFLICT DO UPDATE, overwriting entry n - 20. The highest n
+-- is the number of entries the message ever had.
+--
+-- No foreign key to the outbox: a key check would lock the outbox row on
+-- every write and a cascade would probe this table once for every purged
+-- done row; purge deletes the history of the messages it deletes itself
+-- (OutboxPurge), and a history whose message is gone is never read.
+--
+-- kind: 'retry' (a failure of the message, tried again later), 'dead'
+-- (the failure sent it to dead), 'defer' (the receiver asked to try
+-- later; no attempt spent), 'unavailable' (the destination was down;
+-- attempt refunded), 'redrive' and 'redeliver' (an operator sent the
+-- message out again; actor holds who).
+-- attempt: outbox.attempts when the entry was written (the attempt's
+-- number since the message was created or last redriven).
+-- actor: the relay's claim (its lease_owner: owner name, run id, claim
+-- number), or the operator (the console user or the database role).
+-- answer: what the receiver answered, when the publisher knows it (the
+-- webhook: the HTTP status and the start of the body).
+CREATE TABLE outbox_attempts (
+    message_id bigint     NOT NULL,
+    slot      integer     NOT NULL,
+    n         integer     NOT NULL,
+    at        timestamptz NOT NULL DEFAULT now(),
+    kind      text        NOT NULL,
+    attempt   integer     NOT NULL,
+    actor     text,
+    error     text,
+    answer    text,
+    PRIMARY KEY (message_id, slot)
+);
+
+-- +goose Down
+DROP TABLE outbox_attempts;
