@@ -21,6 +21,15 @@ type messagePage struct {
 	CanRetry  bool // dead, or pending in backoff
 	CanSkip   bool // dead
 	InBackoff bool
+	// CanRedeliver: done and unordered (a done ordered message is not
+	// delivered again: its aggregate moved on; OrderedDone says so).
+	CanRedeliver bool
+	OrderedDone  bool
+	// History is the attempt history, newest first (at most 20 entries);
+	// HistoryTotal the number of entries the message ever had.
+	History      []*db.OutboxAttemptHistoryRow
+	HistoryTotal int32
+	HistoryMore  bool // older entries were overwritten
 }
 
 func (c *Console) message(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +53,18 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, start, err)
 		return
 	}
-	p := messagePage{M: m, Payload: pretty(m.Payload), Headers: pretty(m.Headers), Now: now}
+	history, err := c.q.OutboxAttemptHistory(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, start, err)
+		return
+	}
+	p := messagePage{M: m, Payload: pretty(m.Payload), Headers: pretty(m.Headers), Now: now, History: history}
+	if len(history) > 0 {
+		p.HistoryTotal = history[0].N
+		p.HistoryMore = int(p.HistoryTotal) > len(history)
+	}
+	p.CanRedeliver = m.Status == "done" && !m.Ordered
+	p.OrderedDone = m.Status == "done" && m.Ordered
 	p.InBackoff = m.Status == "pending" && m.AvailableAt.After(now)
 	p.CanRetry = m.Status == "dead" || p.InBackoff
 	p.CanSkip = m.Status == "dead"
