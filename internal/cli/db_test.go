@@ -111,7 +111,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 
 	r := call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 0 (this build: 8, 8 pending: run `pgoutbox migrate up`)")
+	mustContain(t, r, "stdout", "version: 0 (this build: 11, 9 pending: run `pgoutbox migrate up`)")
 	mustContain(t, r, "stdout", "pending  -           00001_outbox.sql")
 	mustContain(t, r, "stdout", "pending  -           00002_outbox_notify.sql")
 	mustContain(t, r, "stdout", "pending  -           00003_outbox_notify_throttle.sql")
@@ -119,6 +119,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	mustContain(t, r, "stdout", "pending  -           00006_outbox_done_at.sql")
 	mustContain(t, r, "stdout", "pending  -           00007_outbox_console_indexes.sql")
 	mustContain(t, r, "stdout", "pending  -           00008_outbox_portable.sql")
+	mustContain(t, r, "stdout", "pending  -           00011_outbox_attempts.sql")
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
@@ -130,25 +131,31 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	mustContain(t, r, "stdout", "applied  00006_outbox_done_at.sql")
 	mustContain(t, r, "stdout", "applied  00007_outbox_console_indexes.sql")
 	mustContain(t, r, "stdout", "applied  00008_outbox_portable.sql")
-	mustContain(t, r, "stdout", "schema at version 8")
+	mustContain(t, r, "stdout", "applied  00011_outbox_attempts.sql")
+	mustContain(t, r, "stdout", "schema at version 11")
 	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_head_handoff:row:outbox_head_handoff,outbox_notify:row:outbox_notify_throttled" {
 		t.Errorf("triggers at version 8: %q", got)
 	}
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "already up to date: version 8")
+	mustContain(t, r, "stdout", "already up to date: version 11")
 
 	r = call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 8 (this build: 8, up to date)")
-	if n := strings.Count(r.stdout, "applied  20"); n != 8 {
-		t.Errorf("want 8 applied rows with a date, got %d\n%s", n, r)
+	mustContain(t, r, "stdout", "version: 11 (this build: 11, up to date)")
+	if n := strings.Count(r.stdout, "applied  20"); n != 9 {
+		t.Errorf("want 9 applied rows with a date, got %d\n%s", n, r)
 	}
 
 	// The schema works now.
 	r = call(t, invocation{env: env}, "stats")
 	wantCode(t, r, ExitOK)
+
+	r = call(t, invocation{env: env}, "migrate", "down")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", "rolled back  00011_outbox_attempts.sql")
+	mustContain(t, r, "stdout", "schema at version 8")
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)
