@@ -175,8 +175,9 @@ WITH gone AS (
              WHERE p.status = ANY ($1::text[])
                AND p.status NOT IN ('pending', 'processing', 'done')
                AND p.id > $2::bigint
-               AND coalesce((SELECT max(h.at) FROM outbox_attempts AS h WHERE h.message_id = p.id),
-                            p.done_at, p.created_at) < now() - $3::interval
+               AND coalesce(p.done_at,
+                            (SELECT max(h.at) FROM outbox_attempts AS h WHERE h.message_id = p.id),
+                            p.created_at) < now() - $3::interval
              ORDER BY p.id
              LIMIT $4::integer))
        AND o.status = ANY ($1::text[])
@@ -199,10 +200,10 @@ type OutboxPurgeResolvedParams struct {
 
 // OutboxPurgeResolved deletes at most @limit messages whose status is in
 // @statuses (the CLI passes 'dead' and 'skipped', never 'done': done rows
-// go through OutboxPurgeDone) and whose age is past @older_than: for a
-// dead message the time of its last attempt-history entry (when it died,
-// or was last acted on), else its done_at, else its created_at; database
-// clock. Keyset-paged by id: pass the highest id returned as @after_id
+// go through OutboxPurgeDone) and whose age is past @older_than: done_at
+// (for a skipped message, when it was skipped), else the time of its last
+// attempt-history entry (for a dead message, when it died), else its
+// created_at; database clock. Keyset-paged by id: pass the highest id returned as @after_id
 // (0 first), until no row comes back, so rows too young to go are read
 // once per run, not once per batch. Their attempt history goes with them.
 // Access path: outbox_dead for dead rows (a sequential scan for other
@@ -259,7 +260,7 @@ func (q *Queries) OutboxRedriveDead(ctx context.Context, id int64) (int64, error
 
 const outboxSkipDead = `-- name: OutboxSkipDead :execrows
 UPDATE outbox
-   SET status     = 'done',
+   SET status     = 'skipped',
        done_at    = now(),
        last_error = left('skipped: ' || coalesce($1::text, 'no reason given')
                          || ' | ' || coalesce(last_error, ''), 500)
@@ -272,9 +273,10 @@ type OutboxSkipDeadParams struct {
 	ID     int64   `json:"id"`
 }
 
-// OutboxSkipDead resolves a dead message without delivering it: dead -> done,
-// which unblocks an ordered aggregate. last_error keeps why it died, prefixed
-// with the operator's reason.
+// OutboxSkipDead resolves a dead message without delivering it: dead ->
+// skipped (done_at: when), which unblocks an ordered aggregate as delivery
+// does but never counts as delivered. last_error keeps why it died,
+// prefixed with the operator's reason.
 // 0 rows: no such id, or it is not dead (nothing changed).
 func (q *Queries) OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxSkipDead, arg.Reason, arg.ID)

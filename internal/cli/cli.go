@@ -94,7 +94,7 @@ func commands() []command {
 		{"stats", "show queue depth, oldest age, blocked aggregates, ordered commit waits", (*app).stats},
 		{"dead list", "list dead messages (keyset-paged)", (*app).deadList},
 		{"dead retry", "redrive dead messages (back to pending, attempts reset)", (*app).deadRetry},
-		{"dead skip", "resolve dead messages without delivering them (dead -> done)", (*app).deadSkip},
+		{"dead skip", "resolve dead messages without delivering them (dead -> skipped)", (*app).deadSkip},
 		{"dead show", "show one message and its attempt history", (*app).deadShow},
 		{"redeliver", "deliver delivered messages again (same ids, same idempotency keys)", (*app).redeliver},
 		{"purge", "delete done messages older than a retention period (dead and skipped with --status)", (*app).purge},

@@ -21,7 +21,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 			"attempt history. A progress line (total deleted so far) goes to stderr after each batch.\n\n"+
 			"--status says which: done (the default: delivered messages, by done_at), dead and\n"+
 			"skipped (never delivered: kept until you name them, whatever the age of the done\n"+
-			"ones; by the time of their last attempt, else done_at, else created_at). Pending\n"+
+			"ones; by done_at, else the time of their last attempt, else created_at). Pending\n"+
 			"and processing messages are never deleted.\n\n"+
 			"Safe to interrupt: on SIGINT/SIGTERM the batch in progress completes, the total is\n"+
 			"reported, and purge exits 130; run it again to continue.",
