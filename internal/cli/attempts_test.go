@@ -197,6 +197,11 @@ func TestPurge_DeadAndSkippedOnlyWhenNamed(t *testing.T) {
 	oldDone := d.enqueue(t, 2, "OrderPaid", "o-1", false)
 	oldDead := d.enqueue(t, 3, "OrderPaid", "o-2", false)
 	recentDead := d.enqueue(t, 1, "OrderPaid", "o-3", false)
+	skipped := d.enqueue(t, 2, "OrderPaid", "o-4", false)
+	d.kill(t, skipped...)
+	wantCode(t, call(t, invocation{env: d.env()}, "dead", "skip", "--reason", "replayed by hand", fmt.Sprint(skipped[0]), fmt.Sprint(skipped[1])), ExitOK)
+	// One was skipped long ago (done_at: when), one just now.
+	d.exec(t, "UPDATE outbox SET done_at = now() - interval '9 days' WHERE id = $1", skipped[0])
 	d.exec(t, "UPDATE outbox SET status = 'done', done_at = now() - interval '8 days' WHERE id = ANY($1)", oldDone)
 	d.kill(t, append(oldDead, recentDead...)...)
 	d.exec(t, "UPDATE outbox SET created_at = now() - interval '30 days' WHERE id = ANY($1)", append(oldDead, recentDead...))
@@ -207,16 +212,19 @@ func TestPurge_DeadAndSkippedOnlyWhenNamed(t *testing.T) {
 	r := call(t, invocation{env: d.env()}, "purge", "--older-than", "7d")
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "deleted 2 done messages older than 7d\n")
-	if n := d.count(t, "status = 'dead'"); n != 4 {
-		t.Fatalf("%d dead left after the default purge, want 4", n)
+	if n := d.count(t, "status IN ('dead', 'skipped')"); n != 6 {
+		t.Fatalf("%d dead or skipped left after the default purge, want 6", n)
 	}
 
 	r = call(t, invocation{env: d.env()}, "purge", "--older-than", "7d", "--status", "dead,skipped", "--batch", "2")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stderr", "purge: deleted 2 (total 2)\npurge: deleted 1 (total 3)\n")
-	mustContain(t, r, "stdout", "deleted 3 dead and skipped messages older than 7d\n")
-	if n := d.count(t, "true"); n != 1 {
-		t.Errorf("%d rows left, want 1 (the message that died yesterday)", n)
+	mustContain(t, r, "stderr", "purge: deleted 2 (total 2)\npurge: deleted 2 (total 4)\n")
+	mustContain(t, r, "stdout", "deleted 4 dead and skipped messages older than 7d\n")
+	if n := d.count(t, "true"); n != 2 {
+		t.Errorf("%d rows left, want 2 (the message that died yesterday, the one skipped just now)", n)
+	}
+	if st := d.status(t, skipped[1]); st != "skipped" {
+		t.Errorf("the recent skip: %s, want skipped (kept)", st)
 	}
 	var h int
 	if err := d.pool.QueryRow(t.Context(), "SELECT count(*) FROM outbox_attempts WHERE message_id <> $1", recentDead[0]).Scan(&h); err != nil || h != 0 {
