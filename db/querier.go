@@ -36,8 +36,9 @@ type Querier interface {
 	// OutboxCheckTable resolves @relation (table or schema.table) as this
 	// session does, and returns its name as regclass text ('' when it does not
 	// resolve), the search_path seen, its columns, whether the trigger
-	// @trigger_name is on it, and every schema.table named @table_name (to say
-	// where a table is when it is not found).
+	// @trigger_name is on it, whether the table @history_name (the attempt
+	// history, migration 00011) is in its schema, and every schema.table named
+	// @table_name (to say where a table is when it is not found).
 	// Lock strategy: none (catalog reads, no lock on the table).
 	// Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 	// 0 rows: never; one row always.
