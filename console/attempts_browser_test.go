@@ -118,7 +118,8 @@ func TestBrowser_AttemptTimelineFromARealRelay_AndDeliverAgain(t *testing.T) {
 	first, second := text(t, b, "#timeline li:nth-child(1)"), text(t, b, "#timeline li:nth-child(2)")
 	mustContain(t, "newest entry", first, "dead", "attempt 2 by relay-a/", `receiver answered: HTTP 422 Unprocessable Entity: {"error":"amount must be positive"}`, "webhook: receiver answered 422")
 	mustContain(t, "oldest entry", second, "retry", "attempt 1 by relay-a/", "receiver answered: HTTP 500 Internal Server Error: boom: receiver database locked")
-	mustContain(t, "summary", text(t, b, "#history-summary"), "2 entries in all")
+	mustContain(t, "summary", text(t, b, "#history-summary"), "last 20 claims (2 in all)")
+	mustContain(t, "claims", first+second, "claim 2", "claim 1")
 	screenshot(t, b, "message-attempts")
 
 	// Retry the dead message: delivered now, the timeline kept.

@@ -25,11 +25,9 @@ type messagePage struct {
 	// delivered again: its aggregate moved on; OrderedDone says so).
 	CanRedeliver bool
 	OrderedDone  bool
-	// History is the attempt history, newest first (at most 20 entries);
-	// HistoryTotal the number of entries the message ever had.
-	History      []*db.OutboxAttemptHistoryRow
-	HistoryTotal int32
-	HistoryMore  bool // older entries were overwritten
+	// History is the attempt history, newest first: the failures of the
+	// message's last 20 claims and its last 5 redeliveries.
+	History []*db.OutboxAttemptHistoryRow
 }
 
 func (c *Console) message(w http.ResponseWriter, r *http.Request) {
@@ -59,10 +57,6 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := messagePage{M: m, Payload: pretty(m.Payload), Headers: pretty(m.Headers), Now: now, History: history}
-	if len(history) > 0 {
-		p.HistoryTotal = history[0].N
-		p.HistoryMore = int(p.HistoryTotal) > len(history)
-	}
 	p.CanRedeliver = m.Status == "done" && !m.Ordered
 	p.OrderedDone = m.Status == "done" && m.Ordered
 	p.InBackoff = m.Status == "pending" && m.AvailableAt.After(now)

@@ -112,18 +112,15 @@ written AS (
        AND o.lease_owner = f.lease_owner
        AND f.outcome IN ('done', 'retry', 'defer', 'dead', 'release')
        AND (SELECT n FROM handoff_locks) >= 0
-    RETURNING o.id, o.status, o.attempts, o.last_error, f.history, f.answer, f.lease_owner, f.outcome
+    RETURNING o.id, o.status, o.attempts, o.last_error, f.history, f.answer, f.lease_owner, f.lease_version, f.outcome
 ),
 history AS (
     INSERT INTO outbox_attempts AS h (message_id, slot, n, at, kind, attempt, actor, error, answer)
-    SELECT w.id, (p.n - 1) % 20, p.n, now(),
+    SELECT w.id, (w.lease_version % 20)::integer, w.lease_version::integer, now(),
            CASE WHEN w.status = 'dead' THEN 'dead' ELSE w.history END,
            w.attempts + CASE WHEN w.outcome IN ('defer', 'release') THEN 1 ELSE 0 END,
            w.lease_owner, w.last_error, nullif(left(w.answer, 500), '')
       FROM written AS w
-     CROSS JOIN LATERAL (SELECT coalesce(max(a.n), 0) + 1 AS n
-                           FROM outbox_attempts AS a
-                          WHERE a.message_id = w.id) AS p
      WHERE w.history <> ''
     ON CONFLICT (message_id, slot) DO UPDATE
        SET n = excluded.n, at = excluded.at, kind = excluded.kind, attempt = excluded.attempt,
@@ -178,12 +175,12 @@ type OutboxFinalizeManyRow struct {
 // @history is not empty ('retry', 'defer', 'unavailable', or 'dead', which
 // the statement records as 'dead' too when a retry or defer made the message
 // dead) gets an entry in the same statement, only if its own write matched
-// (fenced like it): its time, the claim (lease_owner), the attempt, its
-// error and @answers (the receiver's answer; ” for none). The entry's
-// number n is one more than the message's highest, its slot (n - 1) % 20,
-// overwritten in place once the message has 20: one primary-key probe of
-// at most 20 entries and one row written per failed publish, nothing for a
-// delivered row.
+// (fenced like it): its time, the claim (lease_owner; n is its
+// lease_version), the attempt, its error and @answers (the receiver's
+// answer; ” for none), in slot n % 20, overwriting the failure of claim
+// n - 20: one row written per failed publish and nothing read (a lookup of
+// the message's entries, measured, doubled the statement's time), nothing
+// for a delivered row.
 // Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
 // f.status for the same reason); outbox_attempts by its primary key.
 // Returns the ids written and, in the same order, the status each got

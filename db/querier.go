@@ -13,10 +13,10 @@ type Querier interface {
 	// The attempt history (outbox_attempts, migration 00011) and what operators
 	// do with it: read a message's timeline, deliver a delivered message again.
 	// The relay writes the history itself, in OutboxFinalizeMany.
-	// OutboxAttemptHistory reads a message's history, newest first: at most the
-	// last 20 entries (the ring of migration 00011). n numbers the message's
-	// entries over its whole life, so the highest n is how many it ever had
-	// (failed publishes and operator actions), whatever outbox.attempts says
+	// OutboxAttemptHistory reads a message's history, newest first: the failed
+	// publishes of its last 20 claims and its last 5 operator actions (the
+	// rings of migration 00011). n is the claim (lease_version) each belongs
+	// to, numbered over the message's whole life whatever outbox.attempts says
 	// after a redrive. Index: the primary key (message_id, slot).
 	// No rows: the message never failed (or is gone).
 	OutboxAttemptHistory(ctx context.Context, messageID int64) ([]*OutboxAttemptHistoryRow, error)
@@ -527,12 +527,12 @@ type Querier interface {
 	// @history is not empty ('retry', 'defer', 'unavailable', or 'dead', which
 	// the statement records as 'dead' too when a retry or defer made the message
 	// dead) gets an entry in the same statement, only if its own write matched
-	// (fenced like it): its time, the claim (lease_owner), the attempt, its
-	// error and @answers (the receiver's answer; '' for none). The entry's
-	// number n is one more than the message's highest, its slot (n - 1) % 20,
-	// overwritten in place once the message has 20: one primary-key probe of
-	// at most 20 entries and one row written per failed publish, nothing for a
-	// delivered row.
+	// (fenced like it): its time, the claim (lease_owner; n is its
+	// lease_version), the attempt, its error and @answers (the receiver's
+	// answer; '' for none), in slot n % 20, overwriting the failure of claim
+	// n - 20: one row written per failed publish and nothing read (a lookup of
+	// the message's entries, measured, doubled the statement's time), nothing
+	// for a delivered row.
 	// Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
 	// f.status for the same reason); outbox_attempts by its primary key.
 	// Returns the ids written and, in the same order, the status each got
@@ -775,7 +775,9 @@ type Querier interface {
 	// keeps its id, so its idempotency key (Idempotency-Key, the CloudEvents
 	// id, the broker's message id) is the one the consumer saw: a consumer that
 	// kept its copy deduplicates it. Each redelivered message gets a history
-	// entry 'redeliver' with @actor (who asked) in the same statement.
+	// entry 'redeliver' with @actor (who asked) in the same statement, n its
+	// lease_version (the claim that delivered it), in the operators' ring
+	// (slots 20 to 24: the free one, else the oldest).
 	// Ordered messages are refused: a done ordered message was handed on to
 	// the next event of its aggregate, which may have been delivered since;
 	// sending it again now would deliver it after later events, and putting it

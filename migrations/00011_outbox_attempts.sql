@@ -11,11 +11,15 @@
 -- that only succeeded is written by OutboxMarkDoneMany, which never touches
 -- this table), one row version per failed publish on the failure path.
 --
--- Bounded without a DELETE: each message has 20 slots, a ring. Entry n
--- (1, 2, ... for the message's whole life; never reset, so a redrive, which
--- resets outbox.attempts, loses no count) goes to slot (n - 1) % 20 with
--- INSERT ... ON CONFLICT DO UPDATE, overwriting entry n - 20. The highest n
--- is the number of entries the message ever had.
+-- Bounded without a DELETE, and written without reading: an entry is keyed
+-- by its claim. n is the claim's lease_version (the message's claims
+-- numbered 1, 2, ... over its whole life: never reset, so a redrive, which
+-- resets outbox.attempts, loses no count), and a failure goes to slot
+-- n % 20 with INSERT ... ON CONFLICT DO UPDATE, overwriting the failure of
+-- claim n - 20 (or older): a message keeps the failures of its last 20
+-- claims. Operator actions take slots 20 to 24, a ring of their own (the
+-- free one, else the oldest). The message's lease_version is how many
+-- claims it ever had.
 --
 -- No foreign key to the outbox: a key check would lock the outbox row on
 -- every write and a cascade would probe this table once for every purged
@@ -27,6 +31,8 @@
 -- later; no attempt spent), 'unavailable' (the destination was down;
 -- attempt refunded), 'redrive' and 'redeliver' (an operator sent the
 -- message out again; actor holds who).
+-- n: the claim (its lease_version); for an operator action, the message's
+-- lease_version when it acted (its last claim).
 -- attempt: outbox.attempts when the entry was written (the attempt's
 -- number since the message was created or last redriven).
 -- actor: the relay's claim (its lease_owner: owner name, run id, claim

@@ -2,17 +2,17 @@
 -- do with it: read a message's timeline, deliver a delivered message again.
 -- The relay writes the history itself, in OutboxFinalizeMany.
 
--- OutboxAttemptHistory reads a message's history, newest first: at most the
--- last 20 entries (the ring of migration 00011). n numbers the message's
--- entries over its whole life, so the highest n is how many it ever had
--- (failed publishes and operator actions), whatever outbox.attempts says
+-- OutboxAttemptHistory reads a message's history, newest first: the failed
+-- publishes of its last 20 claims and its last 5 operator actions (the
+-- rings of migration 00011). n is the claim (lease_version) each belongs
+-- to, numbered over the message's whole life whatever outbox.attempts says
 -- after a redrive. Index: the primary key (message_id, slot).
 -- No rows: the message never failed (or is gone).
 -- name: OutboxAttemptHistory :many
 SELECT n, at, kind, attempt, actor, error, answer
   FROM outbox_attempts
  WHERE message_id = @message_id::bigint
- ORDER BY n DESC;
+ ORDER BY n DESC, at DESC;
 
 -- OutboxRedeliverDone delivers done messages again: back to pending,
 -- available now, attempts 0 (the delivery gets its full budget of
@@ -20,7 +20,9 @@ SELECT n, at, kind, attempt, actor, error, answer
 -- keeps its id, so its idempotency key (Idempotency-Key, the CloudEvents
 -- id, the broker's message id) is the one the consumer saw: a consumer that
 -- kept its copy deduplicates it. Each redelivered message gets a history
--- entry 'redeliver' with @actor (who asked) in the same statement.
+-- entry 'redeliver' with @actor (who asked) in the same statement, n its
+-- lease_version (the claim that delivered it), in the operators' ring
+-- (slots 20 to 24: the free one, else the oldest).
 -- Ordered messages are refused: a done ordered message was handed on to
 -- the next event of its aggregate, which may have been delivered since;
 -- sending it again now would deliver it after later events, and putting it
@@ -35,7 +37,7 @@ SELECT n, at, kind, attempt, actor, error, answer
 -- 'processing', 'dead', ...: not delivered, nothing changed).
 -- name: OutboxRedeliverDone :many
 WITH old AS (
-    SELECT p.id, p.attempts
+    SELECT p.id, p.attempts, p.lease_version
       FROM outbox AS p
      WHERE p.id = ANY (@ids::bigint[])
        AND p.status = 'done'
@@ -51,15 +53,17 @@ changed AS (
      WHERE o.id = old.id
        AND o.status = 'done'
        AND NOT o.ordered
-    RETURNING o.id, old.attempts
+    RETURNING o.id, old.attempts, old.lease_version
 ),
 history AS (
     INSERT INTO outbox_attempts AS h (message_id, slot, n, at, kind, attempt, actor)
-    SELECT c.id, (p.n - 1) % 20, p.n, now(), 'redeliver', c.attempts, @actor::text
+    SELECT c.id, p.slot, c.lease_version::integer, now(), 'redeliver', c.attempts, @actor::text
       FROM changed AS c
-     CROSS JOIN LATERAL (SELECT coalesce(max(a.n), 0) + 1 AS n
-                           FROM outbox_attempts AS a
-                          WHERE a.message_id = c.id) AS p
+     CROSS JOIN LATERAL (SELECT s.slot
+                           FROM generate_series(20, 24) AS s (slot)
+                           LEFT JOIN outbox_attempts AS a ON a.message_id = c.id AND a.slot = s.slot
+                          ORDER BY a.at NULLS FIRST, s.slot
+                          LIMIT 1) AS p
     ON CONFLICT (message_id, slot) DO UPDATE
        SET n = excluded.n, at = excluded.at, kind = excluded.kind, attempt = excluded.attempt,
            actor = excluded.actor, error = NULL, answer = NULL

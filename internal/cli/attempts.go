@@ -38,7 +38,7 @@ type showJSON struct {
 	Ordered       bool          `json:"ordered"`
 	Status        string        `json:"status"`
 	Attempts      int32         `json:"attempts"`
-	TotalEntries  int32         `json:"history_total"`
+	Claims        int64         `json:"claims"`
 	CreatedAt     time.Time     `json:"created_at"`
 	AvailableAt   time.Time     `json:"available_at"`
 	DoneAt        *time.Time    `json:"done_at"`
@@ -50,10 +50,11 @@ type showJSON struct {
 func (a *app) deadShow(ctx context.Context, args []string) error {
 	f := newFlags("dead show", "pgoutbox dead show [flags] ID",
 		"Shows one message (dead or not) and its attempt history, newest first: each failed\n"+
-			"publish (when, the relay's claim, the attempt, the error, what the receiver answered)\n"+
-			"and each redelivery, the last 20 of them. The history is numbered over the message's\n"+
-			"whole life: a `dead retry` resets attempts to 0 but not the history. The payload is\n"+
-			"not printed (it may hold personal data); the console's message page shows it.",
+			"publish of its last 20 claims (when, the relay's claim, the attempt, the error, what\n"+
+			"the receiver answered) and its last 5 redeliveries. Claims are numbered over the\n"+
+			"message's whole life: a `dead retry` resets attempts to 0 but not the history or the\n"+
+			"claim count. The payload is not printed (it may hold personal data); the console's\n"+
+			"message page shows it.",
 		"  pgoutbox dead show 4711\n"+
 			"  pgoutbox dead show 4711 --json | jq '.history[0].answer'")
 	dbURL := f.databaseURLs(false)
@@ -89,13 +90,9 @@ func (a *app) deadShow(ctx context.Context, args []string) error {
 	if err != nil {
 		return a.dbError("dead show: history", err)
 	}
-	var total int32
-	if len(h) > 0 {
-		total = h[0].N
-	}
 	if *asJSON {
 		out := showJSON{ID: m.ID, EventType: m.EventType, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
-			Ordered: m.Ordered, Status: m.Status, Attempts: m.Attempts, TotalEntries: total, CreatedAt: m.CreatedAt.UTC(),
+			Ordered: m.Ordered, Status: m.Status, Attempts: m.Attempts, Claims: m.LeaseVersion, CreatedAt: m.CreatedAt.UTC(),
 			AvailableAt: m.AvailableAt.UTC(), DoneAt: m.DoneAt, LeaseOwner: m.LeaseOwner, LastError: m.LastError, History: []historyJSON{}}
 		for _, e := range h {
 			out.History = append(out.History, historyJSON{N: e.N, At: e.At.UTC(), Kind: e.Kind, Attempt: e.Attempt, Actor: e.Actor, Error: e.Error, Answer: e.Answer})
@@ -110,15 +107,7 @@ func (a *app) deadShow(ctx context.Context, args []string) error {
 		agg += " (ordered)"
 	}
 	fmt.Fprintf(w, "message %d  %s  %s\n", m.ID, cell(m.EventType, 80), cell(agg, 120))
-	fmt.Fprintf(w, "status:     %s, attempts %d", m.Status, m.Attempts)
-	if total > 0 {
-		fmt.Fprintf(w, " (history: %d entr%s in all", total, pluralY(int(total)))
-		if int(total) > len(h) {
-			fmt.Fprintf(w, ", the last %d kept", len(h))
-		}
-		fmt.Fprint(w, ")")
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "status:     %s, attempts %d (claims in all: %d)\n", m.Status, m.Attempts, m.LeaseVersion)
 	fmt.Fprintf(w, "created:    %s\n", formatTime(m.CreatedAt))
 	if m.DoneAt != nil {
 		fmt.Fprintf(w, "done:       %s\n", formatTime(*m.DoneAt))
@@ -138,7 +127,7 @@ func (a *app) deadShow(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tAT\tWHAT\tATTEMPT\tRELAY / BY\tERROR\tRECEIVER ANSWERED")
+	fmt.Fprintln(tw, "CLAIM\tAT\tWHAT\tATTEMPT\tRELAY / BY\tERROR\tRECEIVER ANSWERED")
 	for _, e := range h {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", e.N, formatTime(e.At), e.Kind, e.Attempt,
 			cell(deref(e.Actor), 60), textCell(deref(e.Error), 80), textCell(deref(e.Answer), 80))
@@ -151,13 +140,6 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-func pluralY(n int) string {
-	if n == 1 {
-		return "y"
-	}
-	return "ies"
 }
 
 // cliActor names who runs a command that changes messages, for the attempt

@@ -76,7 +76,7 @@ func TestDeadShow_AttemptHistoryOfARealRelay_RetryKeepsIt_RedeliverSameKey(t *te
 
 	r := call(t, invocation{env: d.env()}, "dead", "show", fmt.Sprint(id))
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "status:     dead, attempts 2 (history: 2 entries in all)")
+	mustContain(t, r, "stdout", "status:     dead, attempts 2 (claims in all: 2)")
 	mustContain(t, r, "stdout", "RECEIVER ANSWERED")
 	mustContain(t, r, "stdout", `HTTP 422 Unprocessable Entity: {"error":"amount must be positive"}`)
 	mustContain(t, r, "stdout", "HTTP 500 Internal Server Error: boom: database of the receiver is locked")
@@ -112,7 +112,7 @@ func TestDeadShow_AttemptHistoryOfARealRelay_RetryKeepsIt_RedeliverSameKey(t *te
 	eventually(t, 30*time.Second, "the message delivered", func() bool { return d.status(t, id) == "done" })
 	r = call(t, invocation{env: d.env()}, "dead", "show", fmt.Sprint(id))
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "status:     done, attempts 1 (history: 2 entries in all)")
+	mustContain(t, r, "stdout", "status:     done, attempts 1 (claims in all: 3)")
 
 	// Delivered again on request: same id, same idempotency key, recorded.
 	r = call(t, invocation{env: d.env()}, "redeliver", fmt.Sprint(id))
@@ -128,8 +128,10 @@ func TestDeadShow_AttemptHistoryOfARealRelay_RetryKeepsIt_RedeliverSameKey(t *te
 	eventually(t, 30*time.Second, "the message done again", func() bool { return d.status(t, id) == "done" })
 	r = call(t, invocation{env: d.env()}, "dead", "show", fmt.Sprint(id))
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "(history: 3 entries in all)")
-	mustContain(t, r, "stdout", "redeliver")
+	mustContain(t, r, "stdout", "(claims in all: 4)")
+	if n := strings.Count(r.stdout, "\n3 "); n != 1 || !strings.Contains(r.stdout, " redeliver ") {
+		t.Errorf("want the redelivery recorded as claim 3's entry:\n%s", r.stdout)
+	}
 	b.stop(t)
 }
 
@@ -179,7 +181,7 @@ func TestDeadShow_NoHistoryMissingIDAndUsage(t *testing.T) {
 	id := d.enqueue(t, 1, "OrderPaid", "o-1", false)[0]
 	r := call(t, invocation{env: d.env()}, "dead", "show", fmt.Sprint(id))
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "status:     pending, attempts 0\n")
+	mustContain(t, r, "stdout", "status:     pending, attempts 0 (claims in all: 0)\n")
 	mustContain(t, r, "stdout", "no attempt history: no publish of this message has failed")
 	r = call(t, invocation{env: d.env()}, "dead", "show", "999999")
 	wantCode(t, r, ExitFailure)
