@@ -2,6 +2,7 @@ package queries_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -154,5 +155,29 @@ func TestRedeliverDone_UnorderedOnly(t *testing.T) {
 	}
 	if !claimedIDs[cs[0].ID] || claimedIDs[cs[1].ID] {
 		t.Fatalf("claimed after redeliver: %+v; want %d and not %d", again, cs[0].ID, cs[1].ID)
+	}
+}
+
+// Redeliveries keep a ring of their own: the last 5, whatever the
+// failures do.
+func TestRedeliverDone_KeepsTheLast5Redeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.seed(t, 1, "a")[0]
+	for i := 1; i <= 7; i++ {
+		cs := b.claim(t, "w", 1, time.Minute, 100)
+		if len(cs) != 1 {
+			t.Fatalf("round %d: claimed %d", i, len(cs))
+		}
+		b.markDone(t, cs[0])
+		got, err := b.q.OutboxRedeliverDone(ctx, db.OutboxRedeliverDoneParams{Ids: []int64{id}, Actor: fmt.Sprintf("ops-%d", i)})
+		if err != nil || len(got) != 1 || got[0].Result != "redelivered" {
+			t.Fatalf("round %d: %+v, %v", i, got, err)
+		}
+	}
+	h := b.history(t, id)
+	if len(h) != 5 || *h[0].Actor != "ops-7" || h[0].N != 7 || *h[4].Actor != "ops-3" {
+		t.Fatalf("history: %d entries, newest %+v, oldest %+v; want 5, ops-7 (claim 7) to ops-3", len(h), h[0], h[len(h)-1])
 	}
 }
