@@ -66,10 +66,25 @@ func BenchmarkAttemptHistoryCost(b *testing.B) {
 	b.Run("success", func(b *testing.B) {
 		for range b.N {
 			pool := pgtest.NewPool(b)
+			ctx := context.Background()
+			var before string
+			seeded := func() {
+				if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&before); err != nil {
+					b.Fatal(err)
+				}
+			}
 			took := costDrain(b, pool, dispatcher.PublisherFunc(func(context.Context, dispatcher.Message) error { return nil }),
 				dispatcher.Config{Claim: dispatcher.ClaimUnorderedOnly, Batch: 2000, Concurrency: 16, FinalizeBatch: 4000,
-					FinalizeDelay: 2 * time.Millisecond, StatsInterval: -1, Logger: discard}, "status = 'done'", costN, func() {})
+					FinalizeDelay: 2 * time.Millisecond, StatsInterval: -1, Logger: discard}, "status = 'done'", costN, seeded)
+			var wal int64
+			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - $1::pg_lsn`, before).Scan(&wal); err != nil {
+				b.Fatal(err)
+			}
+			var hist int64
+			_ = pool.QueryRow(ctx, `SELECT count(*) FROM outbox_attempts`).Scan(&hist) // absent before migration 00011
 			b.ReportMetric(float64(costN)/took.Seconds(), "done/s")
+			b.ReportMetric(float64(wal)/costN, "wal-B/done")
+			b.ReportMetric(float64(hist)/costN, "history-rows/done")
 		}
 	})
 	b.Run("failure", func(b *testing.B) {
