@@ -3,8 +3,7 @@
 -- outbox_attempts: the attempt history of each message, for the operator
 -- who is asked "what happened to order 42": every publish that failed (its
 -- time, the relay's claim, the error and what the receiver answered) and
--- every operator action that sent the message out again (a redrive of a
--- dead message, a redelivery of a delivered one), the last 20 per message.
+-- every redelivery of a delivered message an operator asked for (who, when).
 --
 -- Written by the relay's batch writer (OutboxFinalizeMany) in the same
 -- statement as the failure's outcome: nothing on the success path (a batch
@@ -29,8 +28,8 @@
 -- kind: 'retry' (a failure of the message, tried again later), 'dead'
 -- (the failure sent it to dead), 'defer' (the receiver asked to try
 -- later; no attempt spent), 'unavailable' (the destination was down;
--- attempt refunded), 'redrive' and 'redeliver' (an operator sent the
--- message out again; actor holds who).
+-- attempt refunded), 'redeliver' (an operator sent the delivered message
+-- out again; actor holds who).
 -- n: the claim (its lease_version); for an operator action, the message's
 -- lease_version when it acted (its last claim).
 -- attempt: outbox.attempts when the entry was written (the attempt's
