@@ -28,7 +28,7 @@ const (
 
 // action is a parsed action form.
 type action struct {
-	Verb    string  // retry, skip
+	Verb    string  // retry, skip, redeliver
 	Scope   string  // selected, filter
 	IDs     []int64 // selected, or (filter scope) the dead ids the confirmation listed
 	Filter  filter
@@ -43,8 +43,11 @@ func (c *Console) parseAction(r *http.Request) (action, error) {
 	if do := r.PostFormValue("do"); do != "" { // the dead page's buttons: retry-selected, skip-filter, ...
 		a.Verb, a.Scope, _ = strings.Cut(do, "-")
 	}
-	if a.Verb != "retry" && a.Verb != "skip" {
-		return a, badRequest("action must be retry or skip, got %q", a.Verb)
+	if a.Verb != "retry" && a.Verb != "skip" && a.Verb != "redeliver" {
+		return a, badRequest("action must be retry, skip or redeliver, got %q", a.Verb)
+	}
+	if a.Verb == "redeliver" && a.Scope != "selected" {
+		return a, badRequest("redeliver acts on selected messages only, got scope %q", a.Scope)
 	}
 	a.Back = c.cfg.Prefix + "/dead"
 	if b := r.PostFormValue("back"); strings.HasPrefix(b, c.cfg.Prefix+"/") && !strings.HasPrefix(b, "//") && !strings.Contains(b, "\\") {
@@ -186,7 +189,7 @@ type resultPage struct {
 	action
 	Requested int64 // selected ids, or the confirmed count
 	Changed   []int64
-	NotDead   []int64 // selected ids that were not dead (left alone)
+	NotDead   []int64 // selected ids that were not dead (redeliver: not done, or ordered), left alone
 	Shown     []int64
 	RetryNow  bool // a pending message in backoff was made available now
 }
@@ -215,7 +218,7 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 	ctx = context.WithoutCancel(ctx)
 	p.Requested = int64(len(a.IDs))
 	for chunk := range slices.Chunk(a.IDs, c.cfg.BulkBatch) {
-		changed, err := c.change(ctx, a, chunk)
+		changed, err := c.change(ctx, r, a, chunk)
 		p.Changed = append(p.Changed, changed...)
 		if err != nil {
 			c.logAction(r, a, p, err)
@@ -241,7 +244,7 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 			p.Changed, p.NotDead, p.RetryNow = ids, nil, true
 		}
 	}
-	if a.Verb == "retry" && len(p.Changed) > 0 {
+	if (a.Verb == "retry" || a.Verb == "redeliver") && len(p.Changed) > 0 {
 		if err := c.q.OutboxNotify(ctx); err != nil {
 			c.log.Warn("console: notify after retry", slog.String("error", c.secrets.Scrub(err.Error())))
 		}
@@ -252,10 +255,20 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 }
 
 // change runs one batch of the action; it returns the ids it changed.
-func (c *Console) change(ctx context.Context, a action, ids []int64) ([]int64, error) {
+func (c *Console) change(ctx context.Context, r *http.Request, a action, ids []int64) ([]int64, error) {
 	var changed []int64
 	var err error
 	switch a.Verb {
+	case "redeliver":
+		// Recorded in each message's attempt history with who asked (the
+		// audit record, next to the log line of logAction).
+		var rows []*db.OutboxRedeliverDoneRow
+		rows, err = c.q.OutboxRedeliverDone(ctx, db.OutboxRedeliverDoneParams{Ids: ids, Actor: consoleActor(r)})
+		for _, row := range rows {
+			if row.Result == "redelivered" {
+				changed = append(changed, row.ID)
+			}
+		}
 	case "retry":
 		changed, err = c.q.OutboxConsoleRedriveDeadMany(ctx, ids)
 	case "skip":
@@ -265,6 +278,16 @@ func (c *Console) change(ctx context.Context, a action, ids []int64) ([]int64, e
 	}
 	slices.Sort(changed)
 	return changed, err
+}
+
+// consoleActor names who acts through the console, for the attempt
+// history: the Basic-auth user (none without --auth) and the remote address.
+func consoleActor(r *http.Request) string {
+	user, remote := actor(r)
+	if user == "" {
+		return "console from " + remote
+	}
+	return "console " + user + " from " + remote
 }
 
 // logAction records what an action changed.

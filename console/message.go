@@ -21,6 +21,13 @@ type messagePage struct {
 	CanRetry  bool // dead, or pending in backoff
 	CanSkip   bool // dead
 	InBackoff bool
+	// CanRedeliver: done and unordered (a done ordered message is not
+	// delivered again: its aggregate moved on; OrderedDone says so).
+	CanRedeliver bool
+	OrderedDone  bool
+	// History is the attempt history, newest first: the failures of the
+	// message's last 20 claims and its last 5 redeliveries.
+	History []*db.OutboxAttemptHistoryRow
 }
 
 func (c *Console) message(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +51,14 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, start, err)
 		return
 	}
-	p := messagePage{M: m, Payload: pretty(m.Payload), Headers: pretty(m.Headers), Now: now}
+	history, err := c.q.OutboxAttemptHistory(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, start, err)
+		return
+	}
+	p := messagePage{M: m, Payload: pretty(m.Payload), Headers: pretty(m.Headers), Now: now, History: history}
+	p.CanRedeliver = m.Status == "done" && !m.Ordered
+	p.OrderedDone = m.Status == "done" && m.Ordered
 	p.InBackoff = m.Status == "pending" && m.AvailableAt.After(now)
 	p.CanRetry = m.Status == "dead" || p.InBackoff
 	p.CanSkip = m.Status == "dead"

@@ -118,14 +118,21 @@ func (q *Queries) OutboxNotify(ctx context.Context) error {
 }
 
 const outboxPurgeDone = `-- name: OutboxPurgeDone :execrows
+WITH candidates AS (
+    SELECT ARRAY(
+            SELECT p.id
+              FROM outbox AS p
+             WHERE p.status = 'done'
+               AND p.done_at < now() - $1::interval
+             ORDER BY p.done_at
+             LIMIT $2::integer) AS ids
+),
+history AS (
+    DELETE FROM outbox_attempts
+     WHERE message_id = ANY ((SELECT c.ids FROM candidates AS c)::bigint[])
+)
 DELETE FROM outbox
- WHERE id = ANY (ARRAY(
-        SELECT p.id
-          FROM outbox AS p
-         WHERE p.status = 'done'
-           AND p.done_at < now() - $1::interval
-         ORDER BY p.done_at
-         LIMIT $2::integer))
+ WHERE id = ANY ((SELECT c.ids FROM candidates AS c)::bigint[])
    AND status = 'done'
 `
 
@@ -145,6 +152,10 @@ type OutboxPurgeDoneParams struct {
 // each batch cost O(table) instead of O(batch) (measured on 300,000 done
 // rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
 // against 2.1 ms and 99 ms this way).
+// The candidates' attempt history (outbox_attempts, migration 00011) goes
+// in the same statement (a primary-key probe per candidate; a candidate
+// redelivered between the candidate scan and its delete keeps its row but
+// loses its history).
 // Lock strategy: plain DELETE by primary key; status is re-checked on the
 // row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 func (q *Queries) OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error) {
@@ -153,6 +164,76 @@ func (q *Queries) OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const outboxPurgeResolved = `-- name: OutboxPurgeResolved :many
+WITH gone AS (
+    DELETE FROM outbox AS o
+     WHERE o.id = ANY (ARRAY(
+            SELECT p.id
+              FROM outbox AS p
+             WHERE p.status = ANY ($1::text[])
+               AND p.status NOT IN ('pending', 'processing', 'done')
+               AND p.id > $2::bigint
+               AND coalesce(p.done_at,
+                            (SELECT max(h.at) FROM outbox_attempts AS h WHERE h.message_id = p.id),
+                            p.created_at) < now() - $3::interval
+             ORDER BY p.id
+             LIMIT $4::integer))
+       AND o.status = ANY ($1::text[])
+       AND o.status NOT IN ('pending', 'processing', 'done')
+    RETURNING o.id
+),
+history AS (
+    DELETE FROM outbox_attempts
+     WHERE message_id = ANY (ARRAY(SELECT g.id FROM gone AS g))
+)
+SELECT g.id FROM gone AS g ORDER BY g.id
+`
+
+type OutboxPurgeResolvedParams struct {
+	Statuses  []string      `json:"statuses"`
+	AfterID   int64         `json:"after_id"`
+	OlderThan time.Duration `json:"older_than"`
+	Limit     int32         `json:"limit"`
+}
+
+// OutboxPurgeResolved deletes at most @limit messages whose status is in
+// @statuses (the CLI passes 'dead' and 'skipped', never 'done': done rows
+// go through OutboxPurgeDone) and whose age is past @older_than: done_at
+// (for a skipped message, when it was skipped), else the time of its last
+// attempt-history entry (for a dead message, when it died), else its
+// created_at; database clock. Keyset-paged by id: pass the highest id returned as @after_id
+// (0 first), until no row comes back, so rows too young to go are read
+// once per run, not once per batch. Their attempt history goes with them.
+// Access path: outbox_dead for dead rows (a sequential scan for other
+// statuses: keep them few, or purge them often); the history by its
+// primary key. Lock strategy: plain DELETE by primary key, the status
+// re-checked on the row version deleted.
+// Returns the ids deleted, ascending; none: nothing left to purge.
+func (q *Queries) OutboxPurgeResolved(ctx context.Context, arg OutboxPurgeResolvedParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, outboxPurgeResolved,
+		arg.Statuses,
+		arg.AfterID,
+		arg.OlderThan,
+		arg.Limit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxRedriveDead = `-- name: OutboxRedriveDead :execrows

@@ -18,15 +18,18 @@ SELECT coalesce(c.oid::regclass::text, '')::text AS relation,
                   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}')::text[] AS columns,
        EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g
                 WHERE g.tgrelid = c.oid AND g.tgname = $1::text AND NOT g.tgisinternal) AS has_trigger,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class h
+                WHERE h.relname = $2::text AND h.relnamespace = c.relnamespace AND h.relkind IN ('r', 'p')) AS has_history,
        coalesce((SELECT array_agg(n.nspname::text || '.' || k.relname::text ORDER BY n.nspname)
                    FROM pg_catalog.pg_class k JOIN pg_catalog.pg_namespace n ON n.oid = k.relnamespace
-                  WHERE k.relname = $2::text AND k.relkind IN ('r', 'p')), '{}')::text[] AS elsewhere
-  FROM (SELECT to_regclass($3::text) AS oid) t
+                  WHERE k.relname = $3::text AND k.relkind IN ('r', 'p')), '{}')::text[] AS elsewhere
+  FROM (SELECT to_regclass($4::text) AS oid) t
   LEFT JOIN pg_catalog.pg_class c ON c.oid = t.oid
 `
 
 type OutboxCheckTableParams struct {
 	TriggerName string `json:"trigger_name"`
+	HistoryName string `json:"history_name"`
 	TableName   string `json:"table_name"`
 	Relation    string `json:"relation"`
 }
@@ -36,6 +39,7 @@ type OutboxCheckTableRow struct {
 	SearchPath string   `json:"search_path"`
 	Columns    []string `json:"columns"`
 	HasTrigger bool     `json:"has_trigger"`
+	HasHistory bool     `json:"has_history"`
 	Elsewhere  []string `json:"elsewhere"`
 }
 
@@ -46,19 +50,26 @@ type OutboxCheckTableRow struct {
 // OutboxCheckTable resolves @relation (table or schema.table) as this
 // session does, and returns its name as regclass text (” when it does not
 // resolve), the search_path seen, its columns, whether the trigger
-// @trigger_name is on it, and every schema.table named @table_name (to say
-// where a table is when it is not found).
+// @trigger_name is on it, whether the table @history_name (the attempt
+// history, migration 00011) is in its schema, and every schema.table named
+// @table_name (to say where a table is when it is not found).
 // Lock strategy: none (catalog reads, no lock on the table).
 // Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 // 0 rows: never; one row always.
 func (q *Queries) OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (*OutboxCheckTableRow, error) {
-	row := q.db.QueryRow(ctx, outboxCheckTable, arg.TriggerName, arg.TableName, arg.Relation)
+	row := q.db.QueryRow(ctx, outboxCheckTable,
+		arg.TriggerName,
+		arg.HistoryName,
+		arg.TableName,
+		arg.Relation,
+	)
 	var i OutboxCheckTableRow
 	err := row.Scan(
 		&i.Relation,
 		&i.SearchPath,
 		&i.Columns,
 		&i.HasTrigger,
+		&i.HasHistory,
 		&i.Elsewhere,
 	)
 	return &i, err

@@ -10,6 +10,16 @@ import (
 )
 
 type Querier interface {
+	// The attempt history (outbox_attempts, migration 00011) and what operators
+	// do with it: read a message's timeline, deliver a delivered message again.
+	// The relay writes the history itself, in OutboxFinalizeMany.
+	// OutboxAttemptHistory reads a message's history, newest first: the failed
+	// publishes of its last 20 claims and its last 5 operator actions (the
+	// rings of migration 00011). n is the claim (lease_version) each belongs
+	// to, numbered over the message's whole life whatever outbox.attempts says
+	// after a redrive. Index: the primary key (message_id, slot).
+	// No rows: the message never failed (or is gone).
+	OutboxAttemptHistory(ctx context.Context, messageID int64) ([]*OutboxAttemptHistoryRow, error)
 	// OutboxAttemptsHistogram: attempts distribution of undelivered messages
 	// (retries piling up).
 	OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error)
@@ -26,8 +36,9 @@ type Querier interface {
 	// OutboxCheckTable resolves @relation (table or schema.table) as this
 	// session does, and returns its name as regclass text ('' when it does not
 	// resolve), the search_path seen, its columns, whether the trigger
-	// @trigger_name is on it, and every schema.table named @table_name (to say
-	// where a table is when it is not found).
+	// @trigger_name is on it, whether the table @history_name (the attempt
+	// history, migration 00011) is in its schema, and every schema.table named
+	// @table_name (to say where a table is when it is not found).
 	// Lock strategy: none (catalog reads, no lock on the table).
 	// Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 	// 0 rows: never; one row always.
@@ -519,8 +530,18 @@ type Querier interface {
 	//   expiry), or a publish that found the receiver or broker unavailable,
 	//   which is no failure of the message. An empty error keeps last_error.
 	// Errors are truncated to 500 characters.
+	// The attempt history (outbox_attempts, migration 00011): a row whose
+	// @history is not empty ('retry', 'defer', 'unavailable', or 'dead', which
+	// the statement records as 'dead' too when a retry or defer made the message
+	// dead) gets an entry in the same statement, only if its own write matched
+	// (fenced like it): its time, the claim (lease_owner; n is its
+	// lease_version), the attempt, its error and @answers (the receiver's
+	// answer; '' for none), in slot n % 20, overwriting the failure of claim
+	// n - 20: one row written per failed publish and nothing read (a lookup of
+	// the message's entries, measured, doubled the statement's time), nothing
+	// for a delivered row.
 	// Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
-	// f.status for the same reason).
+	// f.status for the same reason); outbox_attempts by its primary key.
 	// Returns the ids written and, in the same order, the status each got
 	// ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
 	// empty arrays when nothing was written.
@@ -702,9 +723,27 @@ type Querier interface {
 	// each batch cost O(table) instead of O(batch) (measured on 300,000 done
 	// rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
 	// against 2.1 ms and 99 ms this way).
+	// The candidates' attempt history (outbox_attempts, migration 00011) goes
+	// in the same statement (a primary-key probe per candidate; a candidate
+	// redelivered between the candidate scan and its delete keeps its row but
+	// loses its history).
 	// Lock strategy: plain DELETE by primary key; status is re-checked on the
 	// row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 	OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error)
+	// OutboxPurgeResolved deletes at most @limit messages whose status is in
+	// @statuses (the CLI passes 'dead' and 'skipped', never 'done': done rows
+	// go through OutboxPurgeDone) and whose age is past @older_than: done_at
+	// (for a skipped message, when it was skipped), else the time of its last
+	// attempt-history entry (for a dead message, when it died), else its
+	// created_at; database clock. Keyset-paged by id: pass the highest id returned as @after_id
+	// (0 first), until no row comes back, so rows too young to go are read
+	// once per run, not once per batch. Their attempt history goes with them.
+	// Access path: outbox_dead for dead rows (a sequential scan for other
+	// statuses: keep them few, or purge them often); the history by its
+	// primary key. Lock strategy: plain DELETE by primary key, the status
+	// re-checked on the row version deleted.
+	// Returns the ids deleted, ascending; none: nothing left to purge.
+	OutboxPurgeResolved(ctx context.Context, arg OutboxPurgeResolvedParams) ([]int64, error)
 	// OutboxQueueDepth: the dispatchers' queue-depth gauges (Config.StatsInterval,
 	// every relay): undelivered rows by status, counted exactly through their
 	// partial indexes, and the done rows counted up to 10,000 (outbox_done_at)
@@ -739,6 +778,28 @@ type Querier interface {
 	// Index: outbox_leased, from @expired_after - @grace.
 	// Rows affected: messages sent to dead now; 0 is the normal case.
 	OutboxReap(ctx context.Context, arg OutboxReapParams) (int64, error)
+	// OutboxRedeliverDone delivers done messages again: back to pending,
+	// available now, attempts 0 (the delivery gets its full budget of
+	// attempts; the history keeps the count), done_at cleared. The message
+	// keeps its id, so its idempotency key (Idempotency-Key, the CloudEvents
+	// id, the broker's message id) is the one the consumer saw: a consumer that
+	// kept its copy deduplicates it. Each redelivered message gets a history
+	// entry 'redeliver' with @actor (who asked) in the same statement, n its
+	// lease_version (the claim that delivered it), in the operators' ring
+	// (slots 20 to 24: the free one, else the oldest).
+	// Ordered messages are refused: a done ordered message was handed on to
+	// the next event of its aggregate, which may have been delivered since;
+	// sending it again now would deliver it after later events, and putting it
+	// back in its aggregate's order would block the events behind it.
+	// Callers NOTIFY (OutboxNotify) afterwards to wake dispatchers; the
+	// claim's due lane finds the rows (available_at after created_at).
+	// Lock strategy: one UPDATE by primary key over the id array, guarded by
+	// status = 'done' and NOT ordered (re-checked on the row version updated).
+	// Returns one row per distinct requested id, ascending, with what became
+	// of it: 'redelivered', 'ordered' (refused), 'missing' (no such id: never
+	// existed or purged), or the status that made it ineligible ('pending',
+	// 'processing', 'dead', ...: not delivered, nothing changed).
+	OutboxRedeliverDone(ctx context.Context, arg OutboxRedeliverDoneParams) ([]*OutboxRedeliverDoneRow, error)
 	// OutboxRedriveDead gives a dead message a fresh start: pending, attempts 0,
 	// available now. last_error keeps the history. The insert trigger does not
 	// fire on UPDATE, so callers NOTIFY (OutboxNotify) to wake dispatchers.

@@ -96,6 +96,27 @@ func Defer(delay time.Duration, reason string) error {
 	return &DeferError{Delay: delay, Reason: reason}
 }
 
+// Answerer is implemented by a publish error that carries what the
+// destination answered: an HTTP status and the start of the response body,
+// a broker's reply code. The relay keeps the answer in the message's attempt
+// history (outbox_attempts, `pgoutbox dead show`, the console's message
+// page) next to the error. Answer should be short (the history keeps 500
+// characters) and must not repeat secrets.
+type Answerer interface {
+	error
+	Answer() string
+}
+
+// AnswerOf returns the Answer of the first error in err's chain that is an
+// Answerer, or "" when none is.
+func AnswerOf(err error) string {
+	var a Answerer
+	if err != nil && errors.As(err, &a) {
+		return a.Answer()
+	}
+	return ""
+}
+
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"

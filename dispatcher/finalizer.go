@@ -253,9 +253,14 @@ func (d *Dispatcher) finalizeMany(ctx context.Context, batch []*job, ids, versio
 	p := db.OutboxFinalizeManyParams{
 		Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: noHandoff, MaxDeferAge: d.cfg.MaxDeferAge,
 		Outcomes: make([]string, len(batch)), DelaysUs: make([]int64, len(batch)), Errors: make([]string, len(batch)),
+		History: make([]string, len(batch)), Answers: make([]string, len(batch)),
 	}
 	for i, j := range batch {
 		p.Outcomes[i], p.DelaysUs[i], p.Errors[i] = resultOutcomes[j.res.kind], max(j.res.delay, 0).Microseconds(), errText(j.res.text)
+		p.History[i] = historyKind(j.res)
+		if p.History[i] != "" {
+			p.Answers[i] = errText(AnswerOf(j.res.err))
+		}
 	}
 	write := func(ctx context.Context) (*db.OutboxFinalizeManyRow, error) { return d.q.OutboxFinalizeMany(ctx, p) }
 	row, err := retryDBValue(ctx, d, "finalize", write)
@@ -265,6 +270,7 @@ func (d *Dispatcher) finalizeMany(ctx context.Context, batch []*job, ids, versio
 			if p.Errors[i] != "" {
 				p.Errors[i] = safe
 			}
+			p.Answers[i] = ""
 		}
 		row, err = retryDBValue(ctx, d, "finalize", write)
 	}
@@ -272,6 +278,23 @@ func (d *Dispatcher) finalizeMany(ctx context.Context, batch []*job, ids, versio
 		return nil, nil, err
 	}
 	return row.Ids, row.Statuses, nil
+}
+
+// historyKind is the kind of attempt-history entry (outbox_attempts) the
+// batch writer records for r: every publish that failed; nothing for a
+// delivered message or one handed back unstarted.
+func historyKind(r *result) string {
+	switch {
+	case r.kind == resRetry:
+		return "retry"
+	case r.kind == resDead:
+		return "dead"
+	case r.kind == resDefer:
+		return "defer"
+	case r.kind == resRelease && r.err != nil:
+		return "unavailable"
+	}
+	return ""
 }
 
 // written accounts for j once its result is in the table with status: its

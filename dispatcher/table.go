@@ -111,7 +111,8 @@ func requiredColumns() []string {
 // CheckTable verifies, without changing anything, that the outbox table
 // exists as the queries need it: table in schema ("" = resolved through the
 // search_path), with every column of the migrations and, unless
-// withoutTrigger, the NOTIFY trigger <table>_notify. It does not read any
+// withoutTrigger, the NOTIFY trigger <table>_notify, and the attempt history
+// table <table>_attempts beside it. It does not read any
 // goose version table, so a deployment that applied the migrations with its
 // own goose history passes. Errors wrap ErrOutboxTable and name the table,
 // the schema and the search_path seen; other errors are the database's.
@@ -124,7 +125,7 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 	// One catalog read (queries/check.sql), on the generated query as it
 	// is: it names no outbox table, so no rename applies.
 	row, err := db.New(q).OutboxCheckTable(ctx, db.OutboxCheckTableParams{
-		Relation: r.Qualified(), TriggerName: table + "_notify", TableName: table,
+		Relation: r.Qualified(), TriggerName: table + "_notify", TableName: table, HistoryName: table + "_attempts",
 	})
 	if err != nil {
 		return fmt.Errorf("outbox: check table %s: %w", r.Qualified(), err)
@@ -147,6 +148,14 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: table %s (%s; %s) lacks the columns %s: apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
 			ErrOutboxTable, row.Relation, where, seen, strings.Join(missing, ", "))
+	}
+	if !row.HasHistory {
+		// The failure path writes the attempt history in the statement
+		// that records the failure: without the table every failure's
+		// write would fail, and the messages would be delivered again
+		// when their leases expire.
+		return fmt.Errorf("%w: table %s (%s; %s) has no attempt history table %s_attempts beside it (migration 00011): apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
+			ErrOutboxTable, row.Relation, where, seen, table)
 	}
 	if !withoutTrigger && !row.HasTrigger {
 		return fmt.Errorf("%w: table %s (%s; %s) has no trigger %s_notify, so no NOTIFY wakes dispatchers: apply the pgoutbox migrations, or disable LISTEN",

@@ -165,6 +165,21 @@ func TestDispatcher_RunFailsAtStartOnAnIncompleteTable(t *testing.T) {
 	}
 }
 
+// Without the attempt history table (migration 00011 not applied), every
+// failure's write would fail: Run refuses to start and says what to apply.
+func TestDispatcher_RunFailsAtStartWithoutTheAttemptHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, "DROP TABLE outbox_attempts"); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatcher.New(b.pool, newRecorder(nil), fast(dispatcher.Config{}))
+	if err := d.Run(ctx); !errors.Is(err, dispatcher.ErrOutboxTable) || !strings.Contains(err.Error(), "has no attempt history table outbox_attempts beside it (migration 00011)") {
+		t.Errorf("Run: %v", err)
+	}
+}
+
 func TestConfig_TableAndSchemaValidated(t *testing.T) {
 	t.Parallel()
 	for _, c := range []dispatcher.Config{{Table: "user"}, {Table: "a;b"}, {Schema: "pg_catalog"}, {Schema: "Hr"}} {

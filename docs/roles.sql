@@ -16,11 +16,15 @@
 --                      on outbox (claim, fenced finalize, reap, lease
 --                      extension, the monitoring gauges), SELECT on the
 --                      migration version table (run checks the schema
---                      version at start). LISTEN needs no grant. It cannot
---                      INSERT or DELETE rows, or change the schema.
---   pgoutbox_admin     operators (`pgoutbox stats`, `dead list/retry/skip`,
---                      `purge`): everything the relay has, plus DELETE on
---                      outbox for purge.
+--                      version at start), SELECT, INSERT and UPDATE on
+--                      outbox_attempts (the attempt history the finalize
+--                      writes with each failure). LISTEN needs no grant. It
+--                      cannot INSERT or DELETE outbox rows, or change the
+--                      schema.
+--   pgoutbox_admin     operators (`pgoutbox stats`, `dead list/show/retry/
+--                      skip`, `redeliver`, `purge`): everything the relay
+--                      has, plus DELETE on outbox and outbox_attempts for
+--                      purge.
 --
 -- Schema changes (`pgoutbox migrate up/down`) stay with the table owner.
 --
@@ -60,10 +64,11 @@ GRANT SELECT (id) ON outbox TO pgoutbox_producer;
 -- Relays: claim, finalize, reap; read the schema version.
 GRANT SELECT, UPDATE ON outbox TO pgoutbox_relay;
 GRANT SELECT ON pgoutbox_migrations TO pgoutbox_relay;
+GRANT SELECT, INSERT, UPDATE ON outbox_attempts TO pgoutbox_relay;
 
 -- Operators: the relay's rights plus purge.
 GRANT pgoutbox_relay TO pgoutbox_admin;
-GRANT DELETE ON outbox TO pgoutbox_admin;
+GRANT DELETE ON outbox, outbox_attempts TO pgoutbox_admin;
 
 -- Login users (choose your own names; keep passwords out of shell history,
 -- e.g. psql's \password):

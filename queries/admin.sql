@@ -69,18 +69,66 @@ SELECT outbox_lock_aggregates(ARRAY(
 -- each batch cost O(table) instead of O(batch) (measured on 300,000 done
 -- rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
 -- against 2.1 ms and 99 ms this way).
+-- The candidates' attempt history (outbox_attempts, migration 00011) goes
+-- in the same statement (a primary-key probe per candidate; a candidate
+-- redelivered between the candidate scan and its delete keeps its row but
+-- loses its history).
 -- Lock strategy: plain DELETE by primary key; status is re-checked on the
 -- row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
 -- name: OutboxPurgeDone :execrows
+WITH candidates AS (
+    SELECT ARRAY(
+            SELECT p.id
+              FROM outbox AS p
+             WHERE p.status = 'done'
+               AND p.done_at < now() - @older_than::interval
+             ORDER BY p.done_at
+             LIMIT sqlc.arg('limit')::integer) AS ids
+),
+history AS (
+    DELETE FROM outbox_attempts
+     WHERE message_id = ANY ((SELECT c.ids FROM candidates AS c)::bigint[])
+)
 DELETE FROM outbox
- WHERE id = ANY (ARRAY(
-        SELECT p.id
-          FROM outbox AS p
-         WHERE p.status = 'done'
-           AND p.done_at < now() - @older_than::interval
-         ORDER BY p.done_at
-         LIMIT sqlc.arg('limit')::integer))
+ WHERE id = ANY ((SELECT c.ids FROM candidates AS c)::bigint[])
    AND status = 'done';
+
+-- OutboxPurgeResolved deletes at most @limit messages whose status is in
+-- @statuses (the CLI passes 'dead' and 'skipped', never 'done': done rows
+-- go through OutboxPurgeDone) and whose age is past @older_than: done_at
+-- (for a skipped message, when it was skipped), else the time of its last
+-- attempt-history entry (for a dead message, when it died), else its
+-- created_at; database clock. Keyset-paged by id: pass the highest id returned as @after_id
+-- (0 first), until no row comes back, so rows too young to go are read
+-- once per run, not once per batch. Their attempt history goes with them.
+-- Access path: outbox_dead for dead rows (a sequential scan for other
+-- statuses: keep them few, or purge them often); the history by its
+-- primary key. Lock strategy: plain DELETE by primary key, the status
+-- re-checked on the row version deleted.
+-- Returns the ids deleted, ascending; none: nothing left to purge.
+-- name: OutboxPurgeResolved :many
+WITH gone AS (
+    DELETE FROM outbox AS o
+     WHERE o.id = ANY (ARRAY(
+            SELECT p.id
+              FROM outbox AS p
+             WHERE p.status = ANY (@statuses::text[])
+               AND p.status NOT IN ('pending', 'processing', 'done')
+               AND p.id > @after_id::bigint
+               AND coalesce(p.done_at,
+                            (SELECT max(h.at) FROM outbox_attempts AS h WHERE h.message_id = p.id),
+                            p.created_at) < now() - @older_than::interval
+             ORDER BY p.id
+             LIMIT sqlc.arg('limit')::integer))
+       AND o.status = ANY (@statuses::text[])
+       AND o.status NOT IN ('pending', 'processing', 'done')
+    RETURNING o.id
+),
+history AS (
+    DELETE FROM outbox_attempts
+     WHERE message_id = ANY (ARRAY(SELECT g.id FROM gone AS g))
+)
+SELECT g.id FROM gone AS g ORDER BY g.id;
 
 -- OutboxNotify wakes idle dispatchers (the channel the insert trigger uses).
 -- Delivered at COMMIT when run inside a transaction.

@@ -6,8 +6,9 @@
 -- OutboxCheckTable resolves @relation (table or schema.table) as this
 -- session does, and returns its name as regclass text ('' when it does not
 -- resolve), the search_path seen, its columns, whether the trigger
--- @trigger_name is on it, and every schema.table named @table_name (to say
--- where a table is when it is not found).
+-- @trigger_name is on it, whether the table @history_name (the attempt
+-- history, migration 00011) is in its schema, and every schema.table named
+-- @table_name (to say where a table is when it is not found).
 -- Lock strategy: none (catalog reads, no lock on the table).
 -- Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 -- 0 rows: never; one row always.
@@ -19,6 +20,8 @@ SELECT coalesce(c.oid::regclass::text, '')::text AS relation,
                   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}')::text[] AS columns,
        EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g
                 WHERE g.tgrelid = c.oid AND g.tgname = @trigger_name::text AND NOT g.tgisinternal) AS has_trigger,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class h
+                WHERE h.relname = @history_name::text AND h.relnamespace = c.relnamespace AND h.relkind IN ('r', 'p')) AS has_history,
        coalesce((SELECT array_agg(n.nspname::text || '.' || k.relname::text ORDER BY n.nspname)
                    FROM pg_catalog.pg_class k JOIN pg_catalog.pg_namespace n ON n.oid = k.relnamespace
                   WHERE k.relname = @table_name::text AND k.relkind IN ('r', 'p')), '{}')::text[] AS elsewhere

@@ -101,8 +101,18 @@ SELECT coalesce(array_agg(done.id), '{}')::bigint[] AS ids
 --   expiry), or a publish that found the receiver or broker unavailable,
 --   which is no failure of the message. An empty error keeps last_error.
 -- Errors are truncated to 500 characters.
+-- The attempt history (outbox_attempts, migration 00011): a row whose
+-- @history is not empty ('retry', 'defer', 'unavailable', or 'dead', which
+-- the statement records as 'dead' too when a retry or defer made the message
+-- dead) gets an entry in the same statement, only if its own write matched
+-- (fenced like it): its time, the claim (lease_owner; n is its
+-- lease_version), the attempt, its error and @answers (the receiver's
+-- answer; '' for none), in slot n % 20, overwriting the failure of claim
+-- n - 20: one row written per failed publish and nothing read (a lookup of
+-- the message's entries, measured, doubled the statement's time), nothing
+-- for a delivered row.
 -- Access path: one primary-key lookup per id, as OutboxMarkDoneMany (and
--- f.status for the same reason).
+-- f.status for the same reason); outbox_attempts by its primary key.
 -- Returns the ids written and, in the same order, the status each got
 -- ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
 -- empty arrays when nothing was written.
@@ -151,6 +161,8 @@ written AS (
                    unnest(@outcomes::text[])         AS outcome,
                    unnest(@delays_us::bigint[])      AS delay_us,
                    unnest(@errors::text[])           AS error,
+                   unnest(@history::text[])          AS history,
+                   unnest(@answers::text[])          AS answer,
                    'processing'::text                AS status) AS f
      WHERE o.id = f.id
        AND o.status = f.status
@@ -158,7 +170,19 @@ written AS (
        AND o.lease_owner = f.lease_owner
        AND f.outcome IN ('done', 'retry', 'defer', 'dead', 'release')
        AND (SELECT n FROM handoff_locks) >= 0
-    RETURNING o.id, o.status
+    RETURNING o.id, o.status, o.attempts, o.last_error, f.history, f.answer, f.lease_owner, f.lease_version, f.outcome
+),
+history AS (
+    INSERT INTO outbox_attempts AS h (message_id, slot, n, at, kind, attempt, actor, error, answer)
+    SELECT w.id, (w.lease_version % 20)::integer, w.lease_version::integer, now(),
+           CASE WHEN w.status = 'dead' THEN 'dead' ELSE w.history END,
+           w.attempts + CASE WHEN w.outcome IN ('defer', 'release') THEN 1 ELSE 0 END,
+           w.lease_owner, w.last_error, nullif(left(w.answer, 500), '')
+      FROM written AS w
+     WHERE w.history <> ''
+    ON CONFLICT (message_id, slot) DO UPDATE
+       SET n = excluded.n, at = excluded.at, kind = excluded.kind, attempt = excluded.attempt,
+           actor = excluded.actor, error = excluded.error, answer = excluded.answer
 )
 SELECT coalesce(array_agg(written.id), '{}')::bigint[] AS ids,
        coalesce(array_agg(written.status), '{}')::text[] AS statuses

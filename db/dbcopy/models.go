@@ -33,3 +33,15 @@ type Outbox struct {
 	PrevSeq       pgtype.Int8   `json:"prev_seq"`
 	SentSeq       pgtype.Int8   `json:"sent_seq"`
 }
+
+type OutboxAttempt struct {
+	MessageID int64     `json:"message_id"`
+	Slot      int32     `json:"slot"`
+	N         int32     `json:"n"`
+	At        time.Time `json:"at"`
+	Kind      string    `json:"kind"`
+	Attempt   int32     `json:"attempt"`
+	Actor     *string   `json:"actor"`
+	Error     *string   `json:"error"`
+	Answer    *string   `json:"answer"`
+}

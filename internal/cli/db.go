@@ -206,7 +206,7 @@ func (a *app) grantHint(what string, pgErr *pgconn.PgError) string {
 	switch {
 	case strings.HasPrefix(what, "enqueue"):
 		privs, group = "INSERT", "pgoutbox_producer"
-	case strings.HasPrefix(what, "dead retry"), strings.HasPrefix(what, "dead skip"):
+	case strings.HasPrefix(what, "dead retry"), strings.HasPrefix(what, "dead skip"), strings.HasPrefix(what, "redeliver"):
 		privs, group = "SELECT, UPDATE", "pgoutbox_admin"
 	case strings.HasPrefix(what, "purge"):
 		privs, group = "SELECT, DELETE", "pgoutbox_admin"

@@ -109,20 +109,31 @@ func TestDatabase_UnmigratedSchemaSaysRunMigrateUp(t *testing.T) {
 }
 
 // migrationNames is the embedded migrations' file names, in version order
-// (versions 1, 2, ... without gaps).
+// (versions 1 to 5 at least, as the walk down below expects; a gap further
+// on, a version not merged yet, is allowed).
 func migrationNames(t *testing.T) []string {
 	t.Helper()
 	ents, err := fs.Glob(migrations.FS(), "*.sql")
-	if err != nil || len(ents) == 0 {
+	if err != nil || len(ents) < 5 {
 		t.Fatalf("embedded migrations: %v (%d files)", err, len(ents))
 	}
 	sort.Strings(ents)
-	for i, n := range ents {
+	for i, n := range ents[:5] {
 		if !strings.HasPrefix(n, fmt.Sprintf("%05d_", i+1)) {
-			t.Fatalf("migration %d is %s: versions must run 1, 2, ... without gaps", i+1, n)
+			t.Fatalf("migration %d is %s: versions must start 1, 2, ... 5", i+1, n)
 		}
 	}
 	return ents
+}
+
+// versionOfName is the goose version of a migration file name.
+func versionOfName(t *testing.T, name string) int {
+	t.Helper()
+	var v int
+	if _, err := fmt.Sscanf(name, "%d_", &v); err != nil {
+		t.Fatalf("migration %s: %v", name, err)
+	}
+	return v
 }
 
 func TestMigrate_UpStatusDown(t *testing.T) {
@@ -130,11 +141,11 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": unmigratedURL(t)}
 
 	names := migrationNames(t)
-	latest := len(names)
+	latest := versionOfName(t, names[len(names)-1])
 
 	r := call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", fmt.Sprintf("version: 0 (this build: %d, %d pending: run `pgoutbox migrate up`)", latest, latest))
+	mustContain(t, r, "stdout", fmt.Sprintf("version: 0 (this build: %d, %d pending: run `pgoutbox migrate up`)", latest, len(names)))
 	for _, n := range names {
 		mustContain(t, r, "stdout", "pending  -           "+n)
 	}
@@ -156,8 +167,8 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	r = call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", fmt.Sprintf("version: %d (this build: %d, up to date)", latest, latest))
-	if n := strings.Count(r.stdout, "applied  20"); n != latest {
-		t.Errorf("want %d applied rows with a date, got %d\n%s", latest, n, r)
+	if n := strings.Count(r.stdout, "applied  20"); n != len(names) {
+		t.Errorf("want %d applied rows with a date, got %d\n%s", len(names), n, r)
 	}
 
 	// The schema works now.
@@ -165,11 +176,11 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 	wantCode(t, r, ExitOK)
 
 	// Down to version 5, one migration at a time.
-	for v := latest; v > 5; v-- {
+	for i := len(names) - 1; i >= 5; i-- {
 		r = call(t, invocation{env: env}, "migrate", "down")
 		wantCode(t, r, ExitOK)
-		mustContain(t, r, "stdout", "rolled back  "+names[v-1])
-		mustContain(t, r, "stdout", fmt.Sprintf("schema at version %d", v-1))
+		mustContain(t, r, "stdout", "rolled back  "+names[i])
+		mustContain(t, r, "stdout", fmt.Sprintf("schema at version %d", versionOfName(t, names[i-1])))
 	}
 
 	r = call(t, invocation{env: env}, "migrate", "down")

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,7 +106,8 @@ func TestCommands_OutboxMigratedWithTheAppsGooseTable(t *testing.T) {
 	r = call(t, invocation{env: d.env()}, "migrate", "status")
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "table outbox: migrated outside pgoutbox's version table pgoutbox_migrations (through your application's goose history, or by hand); goose version tables in this database: public.goose_db_version")
-	mustContain(t, r, "stdout", fmt.Sprintf("%d of this build's %d migrations present (this build: %d, up to date)", migrations.Latest(), migrations.Latest(), migrations.Latest()))
+	files, _ := fs.Glob(migrations.FS(), "*.sql")
+	mustContain(t, r, "stdout", fmt.Sprintf("%d of this build's %d migrations present (this build: %d, up to date)", len(files), len(files), migrations.Latest()))
 	mustContain(t, r, "stdout", "applied  00001_outbox.sql\n")
 	if strings.Contains(r.stdout, "pending") || strings.Contains(r.stdout, "missing") {
 		t.Errorf("migrate status on a table migrated by the app:\n%s", r.stdout)
@@ -120,7 +122,7 @@ func TestCommands_OutboxMigratedWithTheAppsGooseTable(t *testing.T) {
 
 	// A table one migration behind (the app has not copied the newest):
 	// status names it, up says how to bring it in and applies nothing.
-	last := pgoutboxNames("00000", 1, "outbox")[len(pgoutboxNames("00000", 1, "outbox"))-1]
+	last := files[len(files)-1] // this build's name of the newest migration (embedded names sort by version)
 	if _, err := p.Down(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ var SkipReasons = map[string]*regexp.Regexp{
 	"installs system packages":     regexp.MustCompile(`\b(apt-get|brew)\b`),
 	"needs Docker or Kubernetes":   regexp.MustCompile(`\b(docker|kubectl)\b`),
 	"needs hosts of your own":      regexp.MustCompile(`example\.com|…|\.\.\.|<[A-Za-z_]+>`),
-	"names messages of your own":   regexp.MustCompile(`dead (retry|skip) [0-9]`),
+	"names messages of your own":   regexp.MustCompile(`(dead (retry|skip|show)|redeliver) [0-9]`),
 	"runs the test suite itself":   regexp.MustCompile(`\bmake (test|stress)\b`),
 	"takes longer than a test may": regexp.MustCompile(`\bmake (bench|bench-full|chaos|chaos-long|chaos-failover)\b|\s-bench\s`),
 }

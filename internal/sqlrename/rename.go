@@ -78,6 +78,21 @@ func derived(w string) bool {
 	return lw == "outbox" || strings.HasPrefix(lw, "outbox_") || isQueryName(w)
 }
 
+// OutboxTables are the tables of the outbox's migrations: the outbox and
+// the tables beside it, named after it. With a schema, code that names one
+// of them is qualified, as it is for the outbox itself.
+var OutboxTables = []string{"outbox", "outbox_attempts"}
+
+// isOutboxTable reports whether w names one of OutboxTables.
+func isOutboxTable(w string) bool {
+	for _, t := range OutboxTables {
+		if strings.EqualFold(w, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // commentIdent renames identifiers mentioned in comments (query names such
 // as OutboxClaim in "-- name: OutboxClaim :many", index and trigger names),
 // but keeps the plain word "outbox" of the prose.
@@ -360,7 +375,7 @@ func (r Rename) SQL(src string) (string, []string) {
 		if ctx.beforeDot && !ctx.searched {
 			return out
 		}
-		if strings.EqualFold(w, "outbox") || ctx.searched ||
+		if strings.EqualFold(w, "outbox") || ctx.searched || isOutboxTable(w) ||
 			(ctx.beforeParen && strings.HasPrefix(strings.ToLower(w), "outbox_")) {
 			return r.schema + "." + out
 		}

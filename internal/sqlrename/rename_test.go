@@ -158,3 +158,24 @@ SELECT billing.outbox_resolve_heads(1), 'billing.outbox'::regclass, current_sett
 		t.Errorf("rename:\n got: %s\nwant: %s", got, want)
 	}
 }
+
+func TestRename_SchemaQualifiesTheTablesBesideTheOutbox(t *testing.T) {
+	t.Parallel()
+	r, err := New("hr_outbox", "hr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := `CREATE TABLE outbox_attempts (message_id bigint, PRIMARY KEY (message_id));
+INSERT INTO outbox_attempts AS h (message_id) SELECT o.id FROM outbox AS o
+ON CONFLICT (message_id) DO UPDATE SET message_id = excluded.message_id;
+SELECT outbox_attempts.message_id FROM outbox_attempts;
+DROP TABLE outbox_attempts;`
+	want := `CREATE TABLE hr.hr_outbox_attempts (message_id bigint, PRIMARY KEY (message_id));
+INSERT INTO hr.hr_outbox_attempts AS h (message_id) SELECT o.id FROM hr.hr_outbox AS o
+ON CONFLICT (message_id) DO UPDATE SET message_id = excluded.message_id;
+SELECT hr_outbox_attempts.message_id FROM hr.hr_outbox_attempts;
+DROP TABLE hr.hr_outbox_attempts;`
+	if got, _ := r.SQL(in); got != want {
+		t.Errorf("rename:\n got: %s\nwant: %s", got, want)
+	}
+}

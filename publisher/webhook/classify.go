@@ -46,6 +46,22 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("webhook: receiver answered %d %s: %q", e.StatusCode, text, e.Body)
 }
 
+// Answer is the receiver's answer for the message's attempt history
+// (dispatcher.Answerer): "HTTP 422 Unprocessable Entity", then the start of
+// the body if there was one.
+func (e *StatusError) Answer() string {
+	text := http.StatusText(e.StatusCode)
+	if text == "" {
+		text = "unknown status"
+	}
+	if e.Body == "" {
+		return fmt.Sprintf("HTTP %d %s", e.StatusCode, text)
+	}
+	return fmt.Sprintf("HTTP %d %s: %s", e.StatusCode, text, e.Body)
+}
+
+var _ dispatcher.Answerer = (*StatusError)(nil)
+
 // classifyResponse maps a response to nil or a classified error, consuming
 // and closing its body.
 func classifyResponse(resp *http.Response, cfg Config, now time.Time) error {
