@@ -25,7 +25,9 @@ type Querier interface {
 	// table.
 	// OutboxCheckTable resolves @relation (table or schema.table) as this
 	// session does, and returns its name as regclass text ('' when it does not
-	// resolve), the search_path seen, its columns, whether the trigger
+	// resolve), its schema and table names as stored (unquoted; '' when it does
+	// not resolve: the table identity the default CloudEvents source is built
+	// from, whatever search_path or flags named it), the search_path seen, its columns, whether the trigger
 	// @trigger_name is on it, and every schema.table named @table_name (to say
 	// where a table is when it is not found).
 	// Lock strategy: none (catalog reads, no lock on the table).

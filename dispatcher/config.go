@@ -391,7 +391,9 @@ type Config struct {
 	// attribute and, with the outbox id, the idempotency key consumers
 	// deduplicate on (see DefaultSource). Every dispatcher of one outbox must
 	// use the same value. Defaults to DefaultSource of the pool's connection
-	// settings and the outbox table ("pgoutbox://HOST:PORT/DATABASE/public.outbox").
+	// settings and the outbox table as the database resolves it,
+	// schema-qualified whether or not Schema is set
+	// ("pgoutbox://HOST:PORT/DATABASE/public.outbox"; Run resolves it).
 	Source string
 
 	// Hooks for running dispatchers over many databases in one process

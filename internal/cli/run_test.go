@@ -149,7 +149,7 @@ func TestRun_HTTPDeliversSignedAndNeverPrintsSecrets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			source := dispatcher.DefaultSource(pc, "", "outbox")
+			source := dispatcher.DefaultSource(pc, "public", "outbox")
 			key := cloudevents.IdempotencyKey(source, strconv.FormatInt(id, 10))
 			if req.path != "/hooks/"+pathToken || req.body != `{"amount": 1}` || req.header.Get("Ce-Source") != source ||
 				req.header.Get("Idempotency-Key") != key || req.header.Get(webhook.HeaderID) != key {
@@ -479,4 +479,54 @@ func TestRun_OrderedClaimOnlyDeliversOrderedMessages(t *testing.T) {
 		}
 	}
 	mustContain(t, r, "stderr", `"claim":"ordered"`)
+}
+
+// The default CloudEvents source, and so the idempotency key consumers
+// deduplicate on, is one per table: relays started with different but
+// equivalent flags (no --schema, --schema public, --table outbox, a
+// search_path in the URL) publish one event under one key,
+// pgoutbox://HOST:PORT/DATABASE/public.outbox.
+func TestRun_DefaultSourceIsTheResolvedTableWhateverTheFlags(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	pc, err := pgconn.ParseConfig(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dispatcher.DefaultSource(pc, "public", "outbox")
+	if !strings.HasSuffix(want, "/public.outbox") {
+		t.Fatalf("DefaultSource = %q, want it to end in /public.outbox", want)
+	}
+	sep := "?"
+	if strings.Contains(d.url, "?") {
+		sep = "&"
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"no flags", d.env(), nil},
+		{"--schema public", d.env(), []string{"--schema", "public"}},
+		{"--table outbox", d.env(), []string{"--table", "outbox"}},
+		{"--schema public --table outbox", d.env(), []string{"--schema", "public", "--table", "outbox"}},
+		{"search_path in the URL", map[string]string{"DATABASE_URL": d.url + sep + "options=-csearch_path%3Dpublic"}, nil},
+	} {
+		id := enqueueCLI(t, d, "--payload", "{}")
+		b := start(t, invocation{env: tc.env}, append([]string{"run", "--publisher", "stdout", "--poll-interval", "50ms"}, tc.args...)...)
+		eventually(t, 30*time.Second, "the message to be done", func() bool { return d.status(t, id) == "done" })
+		r := b.stop(t)
+		wantCode(t, r, ExitOK)
+		mustContain(t, r, "stderr", "source="+want)
+		var line struct {
+			ID             string `json:"id"`
+			IdempotencyKey string `json:"idempotency_key"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &line); err != nil {
+			t.Fatalf("%s: stdout is not one JSON line: %v\n%s", tc.name, err, r)
+		}
+		if key := cloudevents.IdempotencyKey(want, strconv.FormatInt(id, 10)); line.ID != strconv.FormatInt(id, 10) || line.IdempotencyKey != key {
+			t.Errorf("%s: published %+v, want id %d with key %q (source %q)", tc.name, line, id, key, want)
+		}
+	}
 }
