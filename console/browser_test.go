@@ -229,8 +229,8 @@ func TestBrowser_BulkSkipAllMatchingFilterThroughConfirmation(t *testing.T) {
 	mustContain(t, "result", text(t, ctx, "#result"), "Skipped 12 messages (12 listed when confirmed)")
 	for _, id := range f.shipped {
 		st, le := f.status(t, id)
-		if st != "done" || !strings.HasPrefix(le, "skipped: customer deleted upstream | webhook: HTTP 422") {
-			t.Errorf("message %d after skip: %s %q; want done with the reason in last_error", id, st, le)
+		if st != "skipped" || !strings.HasPrefix(le, "skipped: customer deleted upstream | webhook: HTTP 422") {
+			t.Errorf("message %d after skip: %s %q; want skipped with the reason in last_error", id, st, le)
 		}
 	}
 	for _, id := range append([]int64{late, f.xssID}, f.invoices...) {

@@ -123,7 +123,7 @@ func TestConsole_StateChangeWithoutCSRFTokenChangesNothing(t *testing.T) {
 	if code, body := loaded.post(t, "/apply", skipForm(id, loaded.token)); code != http.StatusOK || !strings.Contains(body, `id="changed">1<`) {
 		t.Fatalf("POST /apply with the token: %d\n%s", code, body)
 	}
-	if st, le := f.status(t, id); st != "done" || !strings.HasPrefix(le, "skipped: test | ") {
+	if st, le := f.status(t, id); st != "skipped" || !strings.HasPrefix(le, "skipped: test | ") {
 		t.Errorf("message %d after a valid skip: %s %q", id, st, le)
 	}
 }
@@ -469,7 +469,7 @@ func TestConsole_BlockedHeadRetryAndSkip(t *testing.T) {
 	if code, body := c.post(t, "/apply", skip); code != http.StatusOK {
 		t.Fatalf("skip: %d\n%s", code, body)
 	}
-	if st, _ := f.status(t, f.deadHead); st != "done" {
+	if st, _ := f.status(t, f.deadHead); st != "skipped" {
 		t.Errorf("head %d after skip: %s", f.deadHead, st)
 	}
 	_, body := c.get(t, "/blocked")

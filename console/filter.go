@@ -24,7 +24,7 @@ type filter struct {
 	from, to *time.Time
 }
 
-var statuses = []string{"pending", "processing", "done", "dead"}
+var statuses = []string{"pending", "processing", "done", "dead", "skipped"}
 
 // timeRangeSlack widens the id range found for a time range on each side:
 // ids follow insertion order and created_at is the producer's transaction

@@ -85,8 +85,8 @@ func TestConsole_SkipAllMatchingActsOnTheConfirmedSetOnly(t *testing.T) {
 		t.Errorf("the message that died after the confirmation is %s, want dead (never shown, never confirmed)", st)
 	}
 	for _, id := range append(f.shipped, laterDead) {
-		if st, _ := f.status(t, id); st != "done" {
-			t.Errorf("confirmed message %d is %s, want done", id, st)
+		if st, _ := f.status(t, id); st != "skipped" {
+			t.Errorf("confirmed message %d is %s, want skipped", id, st)
 		}
 	}
 }

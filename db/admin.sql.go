@@ -179,7 +179,7 @@ func (q *Queries) OutboxRedriveDead(ctx context.Context, id int64) (int64, error
 
 const outboxSkipDead = `-- name: OutboxSkipDead :execrows
 UPDATE outbox
-   SET status     = 'done',
+   SET status     = 'skipped',
        done_at    = now(),
        last_error = left('skipped: ' || coalesce($1::text, 'no reason given')
                          || ' | ' || coalesce(last_error, ''), 500)
@@ -192,9 +192,10 @@ type OutboxSkipDeadParams struct {
 	ID     int64   `json:"id"`
 }
 
-// OutboxSkipDead resolves a dead message without delivering it: dead -> done,
-// which unblocks an ordered aggregate. last_error keeps why it died, prefixed
-// with the operator's reason.
+// OutboxSkipDead resolves a dead message without delivering it: dead ->
+// skipped (done_at: when), which unblocks an ordered aggregate as delivery
+// does but never counts as delivered. last_error keeps why it died,
+// prefixed with the operator's reason.
 // 0 rows: no such id, or it is not dead (nothing changed).
 func (q *Queries) OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxSkipDead, arg.Reason, arg.ID)

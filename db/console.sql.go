@@ -902,7 +902,7 @@ WITH handoff_locks AS (
                AND l.ordered)) AS n
 )
 UPDATE outbox
-   SET status     = 'done',
+   SET status     = 'skipped',
        done_at    = now(),
        last_error = left('skipped: ' || $1::text || ' | ' || coalesce(last_error, ''), 500)
  WHERE id = ANY($2::bigint[])
@@ -917,7 +917,7 @@ type OutboxConsoleSkipDeadManyParams struct {
 }
 
 // OutboxConsoleSkipDeadMany resolves dead messages without delivering them,
-// as OutboxSkipDead does one: done now, last_error prefixed with the
+// as OutboxSkipDead does one: skipped now, last_error prefixed with the
 // operator's reason. Unblocks ordered aggregates whose head it was.
 // Lock strategy: one UPDATE by primary key over the id array, guarded by
 // status = 'dead'. Returns the ids it changed; a missing id is not dead

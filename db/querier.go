@@ -423,7 +423,7 @@ type Querier interface {
 	// Index: the primary key (index-only backward range scan).
 	OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsoleScanWindowParams) (*OutboxConsoleScanWindowRow, error)
 	// OutboxConsoleSkipDeadMany resolves dead messages without delivering them,
-	// as OutboxSkipDead does one: done now, last_error prefixed with the
+	// as OutboxSkipDead does one: skipped now, last_error prefixed with the
 	// operator's reason. Unblocks ordered aggregates whose head it was.
 	// Lock strategy: one UPDATE by primary key over the id array, guarded by
 	// status = 'dead'. Returns the ids it changed; a missing id is not dead
@@ -834,11 +834,13 @@ type Querier interface {
 	// tables of the database. Catalogs only, so it works whoever applied the
 	// migrations.
 	// OutboxSchemaObjects says, for each (@kinds[i], @names[i]) — kind one of
-	// table, index, sequence, function, trigger, column — whether it exists for
-	// the table @relation (as this session resolves it): relations and functions
-	// in the table's schema, triggers and columns on the table.
+	// table, index, sequence, function, trigger, column, constraint — whether it
+	// exists for the table @relation (as this session resolves it): relations
+	// and functions in the table's schema, triggers, columns and constraints on
+	// the table.
 	// Lock strategy: none (catalog reads, no lock on the table).
-	// Index: pg_class, pg_attribute, pg_trigger and pg_proc catalog indexes.
+	// Index: pg_class, pg_attribute, pg_trigger, pg_proc and pg_constraint
+	// catalog indexes.
 	// 0 rows: @relation does not resolve to a table.
 	OutboxSchemaObjects(ctx context.Context, arg OutboxSchemaObjectsParams) ([]*OutboxSchemaObjectsRow, error)
 	// Session settings of pgoutbox's own connections (the relay's pool and
@@ -856,9 +858,10 @@ type Querier interface {
 	// Session-level (set_config(..., false)): run once per connection.
 	// Lock strategy: none. Always one row.
 	OutboxSessionSettings(ctx context.Context) error
-	// OutboxSkipDead resolves a dead message without delivering it: dead -> done,
-	// which unblocks an ordered aggregate. last_error keeps why it died, prefixed
-	// with the operator's reason.
+	// OutboxSkipDead resolves a dead message without delivering it: dead ->
+	// skipped (done_at: when), which unblocks an ordered aggregate as delivery
+	// does but never counts as delivered. last_error keeps why it died,
+	// prefixed with the operator's reason.
 	// 0 rows: no such id, or it is not dead (nothing changed).
 	OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error)
 	// OutboxTableLocked reports whether another session holds, or waits for, a
@@ -874,8 +877,8 @@ type Querier interface {
 	// OutboxVerifyRows lists the outbox's rows keyset-paged by id (pass the
 	// last id of the previous page as @after_id, 0 for the first): each row's
 	// aggregate, its position in commit order (seq; 0 for a row without one),
-	// its status, and whether it was skipped (resolved without delivery: done
-	// through a dead-letter skip, whose last_error starts with "skipped:").
+	// its status, and whether it was skipped (resolved without delivery: a
+	// dead message an operator skipped).
 	// Index: the primary key. Not for the hot path: it reads every row.
 	// 0 rows: nothing more.
 	OutboxVerifyRows(ctx context.Context, arg OutboxVerifyRowsParams) ([]*OutboxVerifyRowsRow, error)

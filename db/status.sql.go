@@ -55,6 +55,8 @@ SELECT o.kind::text AS kind, o.name::text AS name,
                                      WHERE a.attrelid = t.oid AND a.attname = o.name AND a.attnum > 0 AND NOT a.attisdropped)
          WHEN 'trigger' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g
                                       WHERE g.tgrelid = t.oid AND g.tgname = o.name AND NOT g.tgisinternal)
+         WHEN 'constraint' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                                         WHERE k.conrelid = t.oid AND k.conname = o.name)
          WHEN 'function' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
                                        WHERE p.proname = o.name AND p.pronamespace = t.relnamespace)
          ELSE EXISTS (SELECT 1 FROM pg_catalog.pg_class c
@@ -83,11 +85,13 @@ type OutboxSchemaObjectsRow struct {
 // tables of the database. Catalogs only, so it works whoever applied the
 // migrations.
 // OutboxSchemaObjects says, for each (@kinds[i], @names[i]) — kind one of
-// table, index, sequence, function, trigger, column — whether it exists for
-// the table @relation (as this session resolves it): relations and functions
-// in the table's schema, triggers and columns on the table.
+// table, index, sequence, function, trigger, column, constraint — whether it
+// exists for the table @relation (as this session resolves it): relations
+// and functions in the table's schema, triggers, columns and constraints on
+// the table.
 // Lock strategy: none (catalog reads, no lock on the table).
-// Index: pg_class, pg_attribute, pg_trigger and pg_proc catalog indexes.
+// Index: pg_class, pg_attribute, pg_trigger, pg_proc and pg_constraint
+// catalog indexes.
 // 0 rows: @relation does not resolve to a table.
 func (q *Queries) OutboxSchemaObjects(ctx context.Context, arg OutboxSchemaObjectsParams) ([]*OutboxSchemaObjectsRow, error) {
 	rows, err := q.db.Query(ctx, outboxSchemaObjects, arg.Kinds, arg.Names, arg.Relation)

@@ -12,7 +12,7 @@ import (
 const outboxVerifyRows = `-- name: OutboxVerifyRows :many
 
 SELECT id, aggregate_id, ordered, coalesce(seq, 0)::bigint AS seq, status,
-       (status = 'done' AND coalesce(last_error, '') LIKE 'skipped:%')::boolean AS skipped
+       (status = 'skipped')::boolean AS skipped
   FROM outbox
  WHERE id > $1::bigint
  ORDER BY id
@@ -37,8 +37,8 @@ type OutboxVerifyRowsRow struct {
 // OutboxVerifyRows lists the outbox's rows keyset-paged by id (pass the
 // last id of the previous page as @after_id, 0 for the first): each row's
 // aggregate, its position in commit order (seq; 0 for a row without one),
-// its status, and whether it was skipped (resolved without delivery: done
-// through a dead-letter skip, whose last_error starts with "skipped:").
+// its status, and whether it was skipped (resolved without delivery: a
+// dead message an operator skipped).
 // Index: the primary key. Not for the hot path: it reads every row.
 // 0 rows: nothing more.
 func (q *Queries) OutboxVerifyRows(ctx context.Context, arg OutboxVerifyRowsParams) ([]*OutboxVerifyRowsRow, error) {

@@ -27,13 +27,14 @@ UPDATE outbox
  WHERE id = @id::bigint
    AND status = 'dead';
 
--- OutboxSkipDead resolves a dead message without delivering it: dead -> done,
--- which unblocks an ordered aggregate. last_error keeps why it died, prefixed
--- with the operator's reason.
+-- OutboxSkipDead resolves a dead message without delivering it: dead ->
+-- skipped (done_at: when), which unblocks an ordered aggregate as delivery
+-- does but never counts as delivered. last_error keeps why it died,
+-- prefixed with the operator's reason.
 -- 0 rows: no such id, or it is not dead (nothing changed).
 -- name: OutboxSkipDead :execrows
 UPDATE outbox
-   SET status     = 'done',
+   SET status     = 'skipped',
        done_at    = now(),
        last_error = left('skipped: ' || coalesce(sqlc.narg('reason')::text, 'no reason given')
                          || ' | ' || coalesce(last_error, ''), 500)

@@ -330,7 +330,7 @@ UPDATE outbox
 RETURNING id;
 
 -- OutboxConsoleSkipDeadMany resolves dead messages without delivering them,
--- as OutboxSkipDead does one: done now, last_error prefixed with the
+-- as OutboxSkipDead does one: skipped now, last_error prefixed with the
 -- operator's reason. Unblocks ordered aggregates whose head it was.
 -- Lock strategy: one UPDATE by primary key over the id array, guarded by
 -- status = 'dead'. Returns the ids it changed; a missing id is not dead
@@ -349,7 +349,7 @@ WITH handoff_locks AS (
                AND l.ordered)) AS n
 )
 UPDATE outbox
-   SET status     = 'done',
+   SET status     = 'skipped',
        done_at    = now(),
        last_error = left('skipped: ' || @reason::text || ' | ' || coalesce(last_error, ''), 500)
  WHERE id = ANY(@ids::bigint[])

@@ -257,7 +257,7 @@ func TestClaim_ExpiredLeaseIsReclaimedAlone(t *testing.T) {
 }
 
 // The operator's dead-letter queries: keyset-paged listing with filters,
-// redrive (fresh start), skip (done, reason kept), and nothing for non-dead ids.
+// redrive (fresh start), skip (skipped, reason kept), and nothing for non-dead ids.
 func TestDeadLetter_ListRedriveSkip(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -301,7 +301,7 @@ func TestDeadLetter_ListRedriveSkip(t *testing.T) {
 	if n, err := b.q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: cs[1].ID, Reason: &reason}); err != nil || n != 1 {
 		t.Fatal(n, err)
 	}
-	if r := b.row(t, cs[1].ID); r.Status != "done" || *r.LastError != "skipped: customer deleted | 422" {
+	if r := b.row(t, cs[1].ID); r.Status != "skipped" || *r.LastError != "skipped: customer deleted | 422" {
 		t.Fatalf("skipped: %+v %q", r, *r.LastError)
 	}
 	// not dead: nothing changes

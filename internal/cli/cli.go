@@ -96,7 +96,7 @@ func commands() []command {
 		{"stats", "show queue depth, oldest age, blocked aggregates, ordered commit waits", (*app).stats},
 		{"dead list", "list dead messages (keyset-paged)", (*app).deadList},
 		{"dead retry", "redrive dead messages (back to pending, attempts reset)", (*app).deadRetry},
-		{"dead skip", "resolve dead messages without delivering them (dead -> done)", (*app).deadSkip},
+		{"dead skip", "resolve dead messages without delivering them (dead -> skipped)", (*app).deadSkip},
 		{"purge", "delete done messages older than a retention period", (*app).purge},
 		{"repair", "repair rows restored or replicated from another server (txids, sequencing, sequences)", (*app).repair},
 		{"init", "write the migrations and queries for your own table name into your sqlc project", (*app).initCmd},

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 var dataCommands = []string{
@@ -105,65 +108,69 @@ func TestDatabase_UnmigratedSchemaSaysRunMigrateUp(t *testing.T) {
 	}
 }
 
+// migrationNames is the embedded migrations' file names, in version order
+// (versions 1, 2, ... without gaps).
+func migrationNames(t *testing.T) []string {
+	t.Helper()
+	ents, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("embedded migrations: %v (%d files)", err, len(ents))
+	}
+	sort.Strings(ents)
+	for i, n := range ents {
+		if !strings.HasPrefix(n, fmt.Sprintf("%05d_", i+1)) {
+			t.Fatalf("migration %d is %s: versions must run 1, 2, ... without gaps", i+1, n)
+		}
+	}
+	return ents
+}
+
 func TestMigrate_UpStatusDown(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": unmigratedURL(t)}
 
+	names := migrationNames(t)
+	latest := len(names)
+
 	r := call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 0 (this build: 8, 8 pending: run `pgoutbox migrate up`)")
-	mustContain(t, r, "stdout", "pending  -           00001_outbox.sql")
-	mustContain(t, r, "stdout", "pending  -           00002_outbox_notify.sql")
-	mustContain(t, r, "stdout", "pending  -           00003_outbox_notify_throttle.sql")
-	mustContain(t, r, "stdout", "pending  -           00004_outbox_commit_order.sql")
-	mustContain(t, r, "stdout", "pending  -           00006_outbox_done_at.sql")
-	mustContain(t, r, "stdout", "pending  -           00007_outbox_console_indexes.sql")
-	mustContain(t, r, "stdout", "pending  -           00008_outbox_portable.sql")
-
-	r = call(t, invocation{env: env}, "migrate", "up")
-	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "applied  00001_outbox.sql")
-	mustContain(t, r, "stdout", "applied  00002_outbox_notify.sql")
-	mustContain(t, r, "stdout", "applied  00003_outbox_notify_throttle.sql")
-	mustContain(t, r, "stdout", "applied  00004_outbox_commit_order.sql")
-	mustContain(t, r, "stdout", "applied  00005_outbox_claim_window.sql")
-	mustContain(t, r, "stdout", "applied  00006_outbox_done_at.sql")
-	mustContain(t, r, "stdout", "applied  00007_outbox_console_indexes.sql")
-	mustContain(t, r, "stdout", "applied  00008_outbox_portable.sql")
-	mustContain(t, r, "stdout", "schema at version 8")
-	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_head_handoff:row:outbox_head_handoff,outbox_notify:row:outbox_notify_throttled" {
-		t.Errorf("triggers at version 8: %q", got)
+	mustContain(t, r, "stdout", fmt.Sprintf("version: 0 (this build: %d, %d pending: run `pgoutbox migrate up`)", latest, latest))
+	for _, n := range names {
+		mustContain(t, r, "stdout", "pending  -           "+n)
 	}
 
 	r = call(t, invocation{env: env}, "migrate", "up")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "already up to date: version 8")
+	for _, n := range names {
+		mustContain(t, r, "stdout", "applied  "+n)
+	}
+	mustContain(t, r, "stdout", fmt.Sprintf("schema at version %d", latest))
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_head_handoff:row:outbox_head_handoff,outbox_notify:row:outbox_notify_throttled" {
+		t.Errorf("triggers at version %d: %q", latest, got)
+	}
+
+	r = call(t, invocation{env: env}, "migrate", "up")
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stdout", fmt.Sprintf("already up to date: version %d", latest))
 
 	r = call(t, invocation{env: env}, "migrate", "status")
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "version: 8 (this build: 8, up to date)")
-	if n := strings.Count(r.stdout, "applied  20"); n != 8 {
-		t.Errorf("want 8 applied rows with a date, got %d\n%s", n, r)
+	mustContain(t, r, "stdout", fmt.Sprintf("version: %d (this build: %d, up to date)", latest, latest))
+	if n := strings.Count(r.stdout, "applied  20"); n != latest {
+		t.Errorf("want %d applied rows with a date, got %d\n%s", latest, n, r)
 	}
 
 	// The schema works now.
 	r = call(t, invocation{env: env}, "stats")
 	wantCode(t, r, ExitOK)
 
-	r = call(t, invocation{env: env}, "migrate", "down")
-	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "rolled back  00008_outbox_portable.sql")
-	mustContain(t, r, "stdout", "schema at version 7")
-
-	r = call(t, invocation{env: env}, "migrate", "down")
-	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "rolled back  00007_outbox_console_indexes.sql")
-	mustContain(t, r, "stdout", "schema at version 6")
-
-	r = call(t, invocation{env: env}, "migrate", "down")
-	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "rolled back  00006_outbox_done_at.sql")
-	mustContain(t, r, "stdout", "schema at version 5")
+	// Down to version 5, one migration at a time.
+	for v := latest; v > 5; v-- {
+		r = call(t, invocation{env: env}, "migrate", "down")
+		wantCode(t, r, ExitOK)
+		mustContain(t, r, "stdout", "rolled back  "+names[v-1])
+		mustContain(t, r, "stdout", fmt.Sprintf("schema at version %d", v-1))
+	}
 
 	r = call(t, invocation{env: env}, "migrate", "down")
 	wantCode(t, r, ExitOK)

@@ -182,8 +182,9 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 
 func (a *app) deadSkip(ctx context.Context, args []string) error {
 	f := newFlags("dead skip", "pgoutbox dead skip --reason TEXT [flags] ID... | --all-matching [filters]",
-		"Resolves dead messages without delivering them: dead -> done, which unblocks an\n"+
-			"ordered aggregate. last_error keeps why it died, prefixed with \"skipped: <reason>\".\n"+
+		"Resolves dead messages without delivering them: dead -> skipped, which unblocks an\n"+
+			"ordered aggregate as delivery does but is never counted as delivered. last_error\n"+
+			"keeps why it died, prefixed with \"skipped: <reason>\".\n"+
 			"--reason is required. Ids and --all-matching work as in `dead retry`.",
 		"  pgoutbox dead skip 4711 --reason 'customer deleted, nothing to notify'\n"+
 			"  pgoutbox dead skip --all-matching --aggregate-id o-1 --reason 'replayed by hand' --yes")

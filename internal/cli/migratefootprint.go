@@ -17,7 +17,7 @@ import (
 // goose history, or by hand) has no history pgoutbox can read. What it has is
 // the schema the migrations left: each migration's footprint is the objects
 // it alone creates and no later migration drops — a table, an index, a
-// sequence, a function, a trigger, a column — so the catalogs say which
+// sequence, a function, a trigger, a column, a constraint — so the catalogs say which
 // migrations the table has, whoever applied them.
 
 type schemaObject struct{ kind, name string }
@@ -26,6 +26,7 @@ var (
 	createObjRe = regexp.MustCompile(`(?i)\bCREATE\s+(?:UNIQUE\s+)?(?:OR\s+REPLACE\s+)?(?:CONSTRAINT\s+)?(TABLE|INDEX|SEQUENCE|FUNCTION|TRIGGER)\s+(?:CONCURRENTLY\s+)?(?:IF\s+NOT\s+EXISTS\s+)?([a-zA-Z0-9_."]+)`)
 	dropObjRe   = regexp.MustCompile(`(?i)\bDROP\s+(TABLE|INDEX|SEQUENCE|FUNCTION|TRIGGER)\s+(?:CONCURRENTLY\s+)?(?:IF\s+EXISTS\s+)?([a-zA-Z0-9_."]+)`)
 	addColRe    = regexp.MustCompile(`(?i)\bADD\s+COLUMN\s+(?:IF\s+NOT\s+EXISTS\s+)?([a-zA-Z0-9_"]+)`)
+	addConRe    = regexp.MustCompile(`(?i)\bADD\s+CONSTRAINT\s+([a-zA-Z0-9_"]+)`)
 	dropColRe   = regexp.MustCompile(`(?i)\bDROP\s+COLUMN\s+(?:IF\s+EXISTS\s+)?([a-zA-Z0-9_"]+)`)
 	lineComment = regexp.MustCompile(`--[^\n]*`)
 )
@@ -65,21 +66,21 @@ func footprints(fsys fs.FS) ([]string, map[string][]schemaObject, error) {
 		}
 		up := upSection(string(b))
 		seen := map[schemaObject]bool{}
-		for _, m := range createObjRe.FindAllStringSubmatch(up, -1) {
-			o := schemaObject{strings.ToLower(m[1]), bareName(m[2])}
+		add := func(o schemaObject) {
 			if !seen[o] {
 				seen[o] = true
 				created[o] = append(created[o], i)
 				perFile[i] = append(perFile[i], o)
 			}
 		}
+		for _, m := range createObjRe.FindAllStringSubmatch(up, -1) {
+			add(schemaObject{strings.ToLower(m[1]), bareName(m[2])})
+		}
 		for _, m := range addColRe.FindAllStringSubmatch(up, -1) {
-			o := schemaObject{"column", bareName(m[1])}
-			if !seen[o] {
-				seen[o] = true
-				created[o] = append(created[o], i)
-				perFile[i] = append(perFile[i], o)
-			}
+			add(schemaObject{"column", bareName(m[1])})
+		}
+		for _, m := range addConRe.FindAllStringSubmatch(up, -1) {
+			add(schemaObject{"constraint", bareName(m[1])})
 		}
 		for _, m := range dropObjRe.FindAllStringSubmatch(up, -1) {
 			o := schemaObject{strings.ToLower(m[1]), bareName(m[2])}

@@ -261,8 +261,8 @@ func TestDead_RetryAndSkipByID(t *testing.T) {
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", fmt.Sprintf("skipped 1 of 1 dead message: %d", ids[0]))
 	var lastErr string
-	if err := d.pool.QueryRow(context.Background(), "SELECT last_error FROM outbox WHERE id = $1 AND status = 'done'", ids[0]).Scan(&lastErr); err != nil {
-		t.Fatalf("skipped message is not done: %v", err)
+	if err := d.pool.QueryRow(context.Background(), "SELECT last_error FROM outbox WHERE id = $1 AND status = 'skipped'", ids[0]).Scan(&lastErr); err != nil {
+		t.Fatalf("skipped message is not skipped: %v", err)
 	}
 	if lastErr != "skipped: customer deleted | permanent: webhook: status 400: bad request" {
 		t.Errorf("last_error = %q", lastErr)

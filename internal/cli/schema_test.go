@@ -78,7 +78,7 @@ func TestCommands_SameTableNameInTwoSchemas(t *testing.T) {
 	d.exec(t, "UPDATE public.outbox SET status = 'done', done_at = now() - interval '1 hour' WHERE status = 'pending'")
 	r = call(t, invocation{env: env}, billing("purge", "--older-than", "1m")...)
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "deleted 2 done messages")
+	mustContain(t, r, "stdout", "deleted 1 done messages") // billing's skipped message is kept
 	if n := d.count(t, "true"); n != 2 {
 		t.Errorf("public.outbox has %d rows after purging billing, want 2", n)
 	}

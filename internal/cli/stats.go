@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -178,7 +179,7 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 	q := a.queries(tx)
 	rep := &statsReport{Table: a.tableName(), At: a.now().UTC(), ByStatus: map[string]int64{}, StalledAfterSeconds: stalledAfter.Seconds(),
 		Attempts: []attemptsRow{}, Blocked: []blockedAggregate{}}
-	for _, s := range []string{"pending", "processing", "done", "dead"} {
+	for _, s := range statusOrder {
 		rep.ByStatus[s] = 0
 	}
 	counts, err := q.OutboxCountByStatus(qctx)
@@ -236,15 +237,19 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 	return rep, nil
 }
 
+// statusOrder is the statuses stats always reports, in this order (0 when
+// the table has none); skipped is resolved without delivery, apart from done.
+var statusOrder = []string{"pending", "processing", "done", "dead", "skipped"}
+
 func renderStats(w io.Writer, r *statsReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s at %s\n\n", r.Table, formatTime(r.At))
 	fmt.Fprintln(tw, "STATUS\tCOUNT")
-	for _, s := range []string{"pending", "processing", "done", "dead"} {
+	for _, s := range statusOrder {
 		fmt.Fprintf(tw, "%s\t%d\n", s, r.ByStatus[s])
 	}
 	for s, n := range r.ByStatus {
-		if s != "pending" && s != "processing" && s != "done" && s != "dead" {
+		if !slices.Contains(statusOrder, s) {
 			fmt.Fprintf(tw, "%s\t%d\n", cell(s, 40), n)
 		}
 	}

@@ -137,10 +137,10 @@ func compare(rows []verifyRow, rcv *received, all bool) *verifyReport {
 		seen[key] = true
 		r := rcv.byID[key]
 		switch {
-		case row.Status != "done":
-			rep.Outbox.Undelivered++
 		case row.Skipped:
 			rep.Outbox.Skipped++
+		case row.Status != "done":
+			rep.Outbox.Undelivered++
 		default:
 			rep.Outbox.Done++
 		}

@@ -46,7 +46,7 @@ func verifyOutbox(t *testing.T) (string, []dispatcher.Message) {
 		}
 	}
 	if _, err := pool.Exec(ctx, `UPDATE outbox SET status = 'done', done_at = now() WHERE id <> 7;
-		UPDATE outbox SET last_error = 'skipped: test' WHERE id = 5`); err != nil {
+		UPDATE outbox SET status = 'skipped', last_error = 'skipped: test' WHERE id = 5`); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := pool.Query(ctx, `SELECT id, aggregate_id, coalesce(seq, 0),
