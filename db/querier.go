@@ -752,6 +752,36 @@ type Querier interface {
 	// fire on UPDATE, so callers NOTIFY (OutboxNotify) to wake dispatchers.
 	// 0 rows: no such id, or it is not dead (nothing changed).
 	OutboxRedriveDead(ctx context.Context, id int64) (int64, error)
+	// Relays (migration 00012): each relay process records itself in
+	// outbox_relays at a low rate (Config.RelayInterval), never on the
+	// per-message path; the console's relays page and `pgoutbox stats` read it.
+	// All times on the database clock: the relay sends ages (how long ago, on
+	// its monotonic clock), never its wall clock.
+	// OutboxRelayBeat records this relay's heartbeat: inserts its row on the
+	// first beat, then updates it (heartbeat_at now, in flight, last claim and
+	// last finalize as now() minus the ages the relay measured; a NULL age keeps
+	// the time stored, never claimed or finalized yet). In the same statement
+	// it deletes the rows of relays silent for longer than @forget_after.
+	// Lock strategy: one row upsert by primary key (the relay's own row; no
+	// other relay writes it), plus a DELETE of long-silent rows (no relay
+	// writes those any more). 0 rows: never (returns the rows forgotten).
+	// Index: outbox_relays_pkey.
+	OutboxRelayBeat(ctx context.Context, arg OutboxRelayBeatParams) (*OutboxRelayBeatRow, error)
+	// OutboxRelayStop marks this relay stopped (graceful shutdown): stopped_at
+	// and the last heartbeat now, nothing in flight.
+	// Lock strategy: one row update by primary key. 0 rows: the row was never
+	// written or was forgotten (nothing to mark).
+	// Index: outbox_relays_pkey.
+	OutboxRelayStop(ctx context.Context, arg OutboxRelayStopParams) (int64, error)
+	// OutboxRelays lists the relays of the last hour: running first (by owner
+	// prefix), then stopped or silent ones, most recent first, with the ages
+	// (seconds, database clock) of their heartbeat, last claim and last
+	// finalize (-1: never), and the leases their claims hold now (processing
+	// rows whose lease_owner starts with the relay's prefix).
+	// Lock strategy: none (reads). 0 rows: no relay has beaten in the last hour
+	// (or none runs a version that records itself).
+	// Index: outbox_relays_pkey (a row per relay); outbox_leased for the leases.
+	OutboxRelays(ctx context.Context, maxRows int32) ([]*OutboxRelaysRow, error)
 	// OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
 	// shutdown, or a lease too close to expiry to start publishing): pending,
 	// available now, the attempt refunded because nothing was tried.

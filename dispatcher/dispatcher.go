@@ -57,6 +57,8 @@ type Dispatcher struct {
 	running atomic.Bool
 
 	source        atomic.Pointer[string] // Message.Source (Source)
+	lastClaim     atomic.Int64           // time since epoch of the last claim that returned rows (relays.go)
+	lastFinalize  atomic.Int64           // time since epoch of the last finalize statement that wrote
 	defaultSource bool                   // Config.Source was empty: Run resolves it (resolveSource)
 }
 
@@ -200,6 +202,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.cfg.DisableListen {
 		side.Add(1)
 		go func() { defer side.Done(); d.listen(ctx) }()
+	}
+	if d.cfg.RelayInterval > 0 {
+		side.Add(1)
+		go func() { defer side.Done(); d.relayLoop(ctx, flushCtx) }()
 	}
 	if d.cfg.StatsInterval > 0 {
 		reg, err := d.metrics.observeQueue()

@@ -16,8 +16,10 @@
 --                      on outbox (claim, fenced finalize, reap, lease
 --                      extension, the monitoring gauges), SELECT on the
 --                      migration version table (run checks the schema
---                      version at start). LISTEN needs no grant. It cannot
---                      INSERT or DELETE rows, or change the schema.
+--                      version at start), and its own row of
+--                      outbox_relays (the relays view). LISTEN needs no
+--                      grant. It cannot INSERT or DELETE outbox rows, or
+--                      change the schema.
 --   pgoutbox_admin     operators (`pgoutbox stats`, `dead list/retry/skip`,
 --                      `purge`): everything the relay has, plus DELETE on
 --                      outbox for purge.
@@ -60,6 +62,8 @@ GRANT SELECT (id) ON outbox TO pgoutbox_producer;
 -- Relays: claim, finalize, reap; read the schema version.
 GRANT SELECT, UPDATE ON outbox TO pgoutbox_relay;
 GRANT SELECT ON pgoutbox_migrations TO pgoutbox_relay;
+-- Each relay records itself (its heartbeat) and forgets long-silent relays.
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relays TO pgoutbox_relay;
 
 -- Operators: the relay's rights plus purge.
 GRANT pgoutbox_relay TO pgoutbox_admin;
