@@ -88,6 +88,24 @@ func (r Rename) commentIdent(w string) string {
 	return r.ident(w)
 }
 
+// OutboxTables are the tables of the outbox's migrations besides outbox itself:
+// a reference to one takes the schema, as one to the table does (an index
+// or constraint name does not).
+var OutboxTables = []string{"outbox_relays"}
+
+// isTable reports the table outbox or another table of its migrations.
+func isTable(w string) bool {
+	if strings.EqualFold(w, "outbox") {
+		return true
+	}
+	for _, t := range OutboxTables {
+		if strings.EqualFold(w, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // isQueryName reports Outbox followed by an upper-case letter (OutboxClaim).
 func isQueryName(w string) bool {
 	return len(w) > len("Outbox") && strings.HasPrefix(w, "Outbox") && w[6] >= 'A' && w[6] <= 'Z'
@@ -360,7 +378,7 @@ func (r Rename) SQL(src string) (string, []string) {
 		if ctx.beforeDot && !ctx.searched {
 			return out
 		}
-		if strings.EqualFold(w, "outbox") || ctx.searched ||
+		if isTable(w) || ctx.searched ||
 			(ctx.beforeParen && strings.HasPrefix(strings.ToLower(w), "outbox_")) {
 			return r.schema + "." + out
 		}
