@@ -17,10 +17,11 @@ type overview struct {
 	Processing       count
 	Dead             count
 	Done             count // exact below the cap
+	Skipped          count // resolved without delivery: never counted as done
 	DoneEstimate     int64 // when Done is capped: the planner's estimate (-1: unknown, never analyzed)
 	OldestAgeSeconds float64
 	ExpiredLeases    int64
-	LeaseOwners      []*db.OutboxConsoleLeaseOwnersRow
+	Relays           []dispatcher.Relay // as they record themselves (outbox_relays)
 	Blocked          count
 	StalledAfter     time.Duration
 	Throughput       chart
@@ -73,7 +74,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			Cap: int32(c.cfg.CountCap), LowestIds: 1000})
 	})
 	run(func(ctx context.Context) { o.ExpiredLeases, errExp = c.q.OutboxExpiredLeases(ctx) })
-	run(func(ctx context.Context) { o.LeaseOwners, errLeas = c.q.OutboxConsoleLeaseOwners(ctx, 20) })
+	run(func(ctx context.Context) { o.Relays, errLeas = dispatcher.ReadRelays(ctx, c.q, 20) })
 	run(func(ctx context.Context) {
 		minutes, errMin = c.q.OutboxConsoleDeliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
 			Minutes: 60, LatencySample: int32(c.cfg.PerMinuteCap)})
@@ -98,10 +99,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	o.Pending, o.Processing, o.Dead = capped(counts.Pending, cp), capped(counts.Processing, cp), capped(counts.Dead, cp)
 	o.Blocked = capped(blocked, cp)
 	o.OldestAgeSeconds = counts.OldestAgeSeconds
-	o.Done = capped(counts.Done, cp)
+	o.Done, o.Skipped = capped(counts.Done, cp), capped(counts.Skipped, cp)
 	o.DoneEstimate = -1
 	if counts.EstimatedRows >= 0 && o.Done.Capped {
-		o.DoneEstimate = max(int64(counts.EstimatedRows)-counts.Pending-counts.Processing-counts.Dead, counts.Done)
+		o.DoneEstimate = max(int64(counts.EstimatedRows)-counts.Pending-counts.Processing-counts.Dead-counts.Skipped, counts.Done)
 	}
 	o.Delivered, o.DeliveredSince = since.Delivered, since.Since
 	o.Throughput, o.Latency, o.Sampled = c.charts(minutes, o.Now)

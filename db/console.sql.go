@@ -567,54 +567,6 @@ func (q *Queries) OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDR
 	return &i, err
 }
 
-const outboxConsoleLeaseOwners = `-- name: OutboxConsoleLeaseOwners :many
-SELECT coalesce(lease_owner, '')::text AS lease_owner,
-       count(*) AS leases,
-       count(*) FILTER (WHERE lease_until < now()) AS expired,
-       min(lease_until)::timestamptz AS oldest_lease_until
-  FROM outbox
- WHERE status = 'processing'
- GROUP BY lease_owner
- ORDER BY count(*) DESC, lease_owner
- LIMIT $1::integer
-`
-
-type OutboxConsoleLeaseOwnersRow struct {
-	LeaseOwner       string    `json:"lease_owner"`
-	Leases           int64     `json:"leases"`
-	Expired          int64     `json:"expired"`
-	OldestLeaseUntil time.Time `json:"oldest_lease_until"`
-}
-
-// OutboxConsoleLeaseOwners: relays currently holding leases: per
-// lease_owner, how many leases, how many of them expired, and the earliest
-// lease_until (the oldest lease), database clock. Busiest first.
-// Index: outbox_leased (processing rows only; bounded by what relays hold).
-func (q *Queries) OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) ([]*OutboxConsoleLeaseOwnersRow, error) {
-	rows, err := q.db.Query(ctx, outboxConsoleLeaseOwners, maxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*OutboxConsoleLeaseOwnersRow
-	for rows.Next() {
-		var i OutboxConsoleLeaseOwnersRow
-		if err := rows.Scan(
-			&i.LeaseOwner,
-			&i.Leases,
-			&i.Expired,
-			&i.OldestLeaseUntil,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const outboxConsoleMessage = `-- name: OutboxConsoleMessage :one
 SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, status, attempts,
        last_error, lease_owner, lease_until, lease_version, created_at, available_at,
@@ -961,6 +913,7 @@ SELECT ((SELECT n FROM unordered) + (SELECT n FROM ordered))::bigint AS pending,
        (SELECT n FROM processing)::bigint AS processing,
        (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'dead' LIMIT $1::integer) AS d)::bigint AS dead,
        (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'done' LIMIT $1::integer) AS d)::bigint AS done,
+       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'skipped' LIMIT $1::integer) AS k)::bigint AS skipped,
        coalesce(extract(epoch FROM now() - least((SELECT oldest FROM unordered_oldest), (SELECT oldest FROM ordered),
                                                 (SELECT oldest FROM processing))), 0)::float8 AS oldest_age_seconds,
        coalesce((SELECT c.reltuples FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass('outbox')), -1)::float8 AS estimated_rows
@@ -976,6 +929,7 @@ type OutboxConsoleStatusCountsRow struct {
 	Processing       int64   `json:"processing"`
 	Dead             int64   `json:"dead"`
 	Done             int64   `json:"done"`
+	Skipped          int64   `json:"skipped"`
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 	EstimatedRows    float64 `json:"estimated_rows"`
 }
@@ -1015,7 +969,8 @@ type OutboxConsoleStatusCountsRow struct {
 // outbox_leased and their table rows (bounded by what relays hold).
 // Indexes: outbox_pending_txid (pending unordered, count, index only),
 // outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
-// outbox_dead (dead, count, index only), outbox_done_at (done, count, at
+// outbox_dead (dead, count, index only), outbox_skipped (skipped, count,
+// at most @cap entries; 00012), outbox_done_at (done, count, at
 // most @cap entries, index only where the visibility map allows).
 func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleStatusCounts, arg.Cap, arg.LowestIds)
@@ -1025,6 +980,7 @@ func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConso
 		&i.Processing,
 		&i.Dead,
 		&i.Done,
+		&i.Skipped,
 		&i.OldestAgeSeconds,
 		&i.EstimatedRows,
 	)

@@ -382,11 +382,6 @@ type Querier interface {
 	// 10 million rows, 3-4 index pages per probe.
 	// Index: the primary key (point probes only).
 	OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (*OutboxConsoleIDRangeRow, error)
-	// OutboxConsoleLeaseOwners: relays currently holding leases: per
-	// lease_owner, how many leases, how many of them expired, and the earliest
-	// lease_until (the oldest lease), database clock. Busiest first.
-	// Index: outbox_leased (processing rows only; bounded by what relays hold).
-	OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) ([]*OutboxConsoleLeaseOwnersRow, error)
 	// OutboxConsoleMessage: one message with everything the detail page shows.
 	// No row: no such id (purged, or never existed).
 	// Index: the primary key.
@@ -464,7 +459,8 @@ type Querier interface {
 	// outbox_leased and their table rows (bounded by what relays hold).
 	// Indexes: outbox_pending_txid (pending unordered, count, index only),
 	// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
-	// outbox_dead (dead, count, index only), outbox_done_at (done, count, at
+	// outbox_dead (dead, count, index only), outbox_skipped (skipped, count,
+	// at most @cap entries; 00012), outbox_done_at (done, count, at
 	// most @cap entries, index only where the visibility map allows).
 	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error)
 	// Monitoring: queue depth, oldest pending age, expired leases, attempts and
@@ -723,8 +719,9 @@ type Querier interface {
 	// exactly).
 	// Indexes: outbox_pending (pending, unordered), outbox_ordered_head
 	// (pending, ordered; status is an INCLUDE column), outbox_leased
-	// (processing), outbox_dead (dead), outbox_done_at (done, at most 10,000
-	// entries).
+	// (processing), outbox_dead (dead), outbox_skipped (skipped, at most
+	// 10,000 entries; migration 00012), outbox_done_at (done, at most 10,000
+	// entries). A skipped message is never counted as done.
 	OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error)
 	// OutboxReap buries messages whose worker keeps dying: processing rows whose
 	// lease expired with every attempt spent go to dead. A poison message never
@@ -782,6 +779,11 @@ type Querier interface {
 	// (or none runs a version that records itself).
 	// Index: outbox_relays_pkey (a row per relay); outbox_leased for the leases.
 	OutboxRelays(ctx context.Context, maxRows int32) ([]*OutboxRelaysRow, error)
+	// OutboxRelaysTable reports whether outbox_relays exists (migration 00012
+	// applied), so readers show no relays, instead of an error, on a table
+	// migrated by an older pgoutbox.
+	// Lock strategy: none (catalog read). 0 rows: never.
+	OutboxRelaysTable(ctx context.Context) (bool, error)
 	// OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
 	// shutdown, or a lease too close to expiry to start publishing): pending,
 	// available now, the attempt refunded because nothing was tried.

@@ -197,3 +197,18 @@ func (q *Queries) OutboxRelays(ctx context.Context, maxRows int32) ([]*OutboxRel
 	}
 	return items, nil
 }
+
+const outboxRelaysTable = `-- name: OutboxRelaysTable :one
+SELECT (to_regclass('outbox_relays') IS NOT NULL)::boolean AS present
+`
+
+// OutboxRelaysTable reports whether outbox_relays exists (migration 00012
+// applied), so readers show no relays, instead of an error, on a table
+// migrated by an older pgoutbox.
+// Lock strategy: none (catalog read). 0 rows: never.
+func (q *Queries) OutboxRelaysTable(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, outboxRelaysTable)
+	var present bool
+	err := row.Scan(&present)
+	return present, err
+}

@@ -120,3 +120,64 @@ func relayVersion() string {
 	}
 	return "unknown"
 }
+
+// Relay is one relay process as it records itself in outbox_relays
+// (ReadRelays). Ages are seconds on the database clock; -1 means never.
+type Relay struct {
+	OwnerPrefix            string     `json:"owner_prefix"` // the start of every lease_owner it writes
+	Owner                  string     `json:"owner"`
+	Host                   string     `json:"host"`
+	PID                    int32      `json:"pid"`
+	Version                string     `json:"version"`
+	State                  string     `json:"state"` // RelayRunning, RelaySilent or RelayStopped
+	StartedAt              time.Time  `json:"started_at"`
+	HeartbeatAt            time.Time  `json:"heartbeat_at"`
+	StoppedAt              *time.Time `json:"stopped_at"`
+	InFlight               int32      `json:"in_flight"` // claimed, not yet finalized, at its last heartbeat
+	Leases                 int64      `json:"leases"`    // processing rows its claims hold now
+	LastClaimAt            *time.Time `json:"last_claim_at"`
+	LastFinalizeAt         *time.Time `json:"last_finalize_at"`
+	HeartbeatAgeSeconds    float64    `json:"heartbeat_age_seconds"`
+	LastClaimAgeSeconds    float64    `json:"last_claim_age_seconds"`
+	LastFinalizeAgeSeconds float64    `json:"last_finalize_age_seconds"`
+}
+
+// The states of a Relay.
+const (
+	RelayRunning = "running" // beating
+	RelaySilent  = "silent"  // no heartbeat for RelaySilentAfter: crashed, cut off, or paused
+	RelayStopped = "stopped" // Run returned
+)
+
+// RelaySilentAfter is how long without a heartbeat makes a relay silent:
+// three heartbeats at RelayIntervalDefault, and some slack.
+const RelaySilentAfter = 3*RelayIntervalDefault + 5*time.Second
+
+// ReadRelays reads up to maxRows relays of the last hour from outbox_relays
+// (running first). A table without it (migration 00012 not applied) has
+// none: nil, nil.
+func ReadRelays(ctx context.Context, q *db.Queries, maxRows int) ([]Relay, error) {
+	present, err := q.OutboxRelaysTable(ctx)
+	if err != nil || !present {
+		return nil, err
+	}
+	rows, err := q.OutboxRelays(ctx, int32(maxRows))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Relay, 0, len(rows))
+	for _, r := range rows {
+		state := RelayRunning
+		switch {
+		case r.StoppedAt != nil:
+			state = RelayStopped
+		case r.HeartbeatAgeSeconds > RelaySilentAfter.Seconds():
+			state = RelaySilent
+		}
+		out = append(out, Relay{OwnerPrefix: r.OwnerPrefix, Owner: r.Owner, Host: r.Host, PID: r.Pid, Version: r.Version,
+			State: state, StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt, StoppedAt: r.StoppedAt, InFlight: r.InFlight,
+			Leases: r.Leases, LastClaimAt: r.LastClaimAt, LastFinalizeAt: r.LastFinalizeAt, HeartbeatAgeSeconds: r.HeartbeatAgeSeconds,
+			LastClaimAgeSeconds: r.LastClaimAgeSeconds, LastFinalizeAgeSeconds: r.LastFinalizeAgeSeconds})
+	}
+	return out, nil
+}

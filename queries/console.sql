@@ -34,7 +34,8 @@
 -- outbox_leased and their table rows (bounded by what relays hold).
 -- Indexes: outbox_pending_txid (pending unordered, count, index only),
 -- outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
--- outbox_dead (dead, count, index only), outbox_done_at (done, count, at
+-- outbox_dead (dead, count, index only), outbox_skipped (skipped, count,
+-- at most @cap entries; 00012), outbox_done_at (done, count, at
 -- most @cap entries, index only where the visibility map allows).
 -- name: OutboxConsoleStatusCounts :one
 WITH unordered AS (
@@ -54,24 +55,10 @@ SELECT ((SELECT n FROM unordered) + (SELECT n FROM ordered))::bigint AS pending,
        (SELECT n FROM processing)::bigint AS processing,
        (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'dead' LIMIT @cap::integer) AS d)::bigint AS dead,
        (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'done' LIMIT @cap::integer) AS d)::bigint AS done,
+       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'skipped' LIMIT @cap::integer) AS k)::bigint AS skipped,
        coalesce(extract(epoch FROM now() - least((SELECT oldest FROM unordered_oldest), (SELECT oldest FROM ordered),
                                                 (SELECT oldest FROM processing))), 0)::float8 AS oldest_age_seconds,
        coalesce((SELECT c.reltuples FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass('outbox')), -1)::float8 AS estimated_rows;
-
--- OutboxConsoleLeaseOwners: relays currently holding leases: per
--- lease_owner, how many leases, how many of them expired, and the earliest
--- lease_until (the oldest lease), database clock. Busiest first.
--- Index: outbox_leased (processing rows only; bounded by what relays hold).
--- name: OutboxConsoleLeaseOwners :many
-SELECT coalesce(lease_owner, '')::text AS lease_owner,
-       count(*) AS leases,
-       count(*) FILTER (WHERE lease_until < now()) AS expired,
-       min(lease_until)::timestamptz AS oldest_lease_until
-  FROM outbox
- WHERE status = 'processing'
- GROUP BY lease_owner
- ORDER BY count(*) DESC, lease_owner
- LIMIT @max_rows::integer;
 
 -- OutboxConsoleDeliveredPerMinute: deliveries of the last @minutes minutes,
 -- one row per minute (oldest first; the last row is the current, partial

@@ -79,3 +79,10 @@ SELECT r.owner_prefix,
   FROM outbox_relays AS r
  ORDER BY r.stopped_at IS NOT NULL, r.stopped_at DESC NULLS FIRST, r.owner_prefix
  LIMIT @max_rows::integer;
+
+-- OutboxRelaysTable reports whether outbox_relays exists (migration 00012
+-- applied), so readers show no relays, instead of an error, on a table
+-- migrated by an older pgoutbox.
+-- Lock strategy: none (catalog read). 0 rows: never.
+-- name: OutboxRelaysTable :one
+SELECT (to_regclass('outbox_relays') IS NOT NULL)::boolean AS present;
