@@ -26,8 +26,8 @@ type overview struct {
 	StalledAfter     time.Duration
 	Throughput       chart
 	Latency          chart
-	Delivered        int64     // exactly, since DeliveredSince (one hour before Now)
-	DeliveredSince   time.Time // database clock
+	Delivered        int64     // exactly, the charted minutes' deliveries: since DeliveredSince
+	DeliveredSince   time.Time // the first charted minute, database clock
 	Sampled          bool      // some minute's latency comes from a sample (its first LatencySample deliveries)
 	LatencySample    int       // Config.PerMinuteCap
 	CountCap         int       // Config.CountCap
@@ -56,11 +56,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		o                                  = overview{StalledAfter: c.cfg.StalledAfter, LatencySample: c.cfg.PerMinuteCap, CountCap: c.cfg.CountCap}
 		counts                             *db.OutboxConsoleStatusCountsRow
 		minutes                            []*db.OutboxConsoleDeliveredPerMinuteRow
-		since                              *db.OutboxConsoleDeliveredSinceRow
 		blocked                            int64
 		errNow, errCounts, errExp, errLeas error
 		errMin, errBlk, errHor, errMoved   error
-		errSince                           error
 		wg                                 sync.WaitGroup
 	)
 	// Independent reads, run side by side on the pool.
@@ -79,7 +77,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		minutes, errMin = c.q.OutboxConsoleDeliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
 			Minutes: 60, LatencySample: int32(c.cfg.PerMinuteCap)})
 	})
-	run(func(ctx context.Context) { since, errSince = c.q.OutboxConsoleDeliveredSince(ctx, time.Hour) })
+
 	run(func(ctx context.Context) {
 		blocked, errBlk = c.q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{
 			StalledAfter: c.cfg.StalledAfter, Cap: int32(c.cfg.CountCap)})
@@ -89,7 +87,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		o.Moved, errMoved = c.q.OutboxPortability(ctx, int32(c.cfg.CountCap))
 	})
 	wg.Wait()
-	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk, errHor, errMoved, errSince} {
+	for _, err := range []error{errNow, errCounts, errExp, errLeas, errMin, errBlk, errHor, errMoved} {
 		if err != nil {
 			c.fail(w, r, start, err)
 			return
@@ -104,8 +102,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	if counts.EstimatedRows >= 0 && o.Done.Capped {
 		o.DoneEstimate = max(int64(counts.EstimatedRows)-counts.Pending-counts.Processing-counts.Dead-counts.Skipped, counts.Done)
 	}
-	o.Delivered, o.DeliveredSince = since.Delivered, since.Since
-	o.Throughput, o.Latency, o.Sampled = c.charts(minutes, o.Now)
+	if len(minutes) > 0 {
+		o.DeliveredSince = minutes[0].Minute
+	}
+	o.Throughput, o.Latency, o.Sampled = c.charts(minutes, o.Now, &o.Delivered)
 	c.render(w, r, start, http.StatusOK, "overview", "Overview", "overview", c.cfg.Refresh, o)
 }
 
@@ -113,9 +113,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 // second: each minute's exact count over its length, the current minute's
 // over the part of it gone by) and the latency chart (p50 and p99,
 // milliseconds, from each minute's sample).
-func (c *Console) charts(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, now time.Time) (tp, lat chart, sampled bool) {
+// delivered gets the sum of the minutes' counts.
+func (c *Console) charts(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, now time.Time, delivered *int64) (tp, lat chart, sampled bool) {
 	var rate, p50, p99 []point
 	for _, m := range minutes {
+		*delivered += m.Delivered
 		span := time.Minute
 		if end := m.Minute.Add(time.Minute); end.After(now) {
 			span = max(now.Sub(m.Minute), time.Second) // the current, partial minute

@@ -481,32 +481,6 @@ func (q *Queries) OutboxConsoleDeliveredPerMinute(ctx context.Context, arg Outbo
 	return items, nil
 }
 
-const outboxConsoleDeliveredSince = `-- name: OutboxConsoleDeliveredSince :one
-SELECT (now() - $1::interval)::timestamptz AS since,
-       count(*) AS delivered
-  FROM outbox
- WHERE status = 'done'
-   AND done_at >= now() - $1::interval
-`
-
-type OutboxConsoleDeliveredSinceRow struct {
-	Since     time.Time `json:"since"`
-	Delivered int64     `json:"delivered"`
-}
-
-// OutboxConsoleDeliveredSince: exactly how many messages were delivered
-// (status 'done', done_at) in the last @span, on the database clock, and
-// that window's start. A skipped message is not counted.
-// Cost: one index entry per delivery in the window (index only where the
-// visibility map allows); never the older retained done rows.
-// Index: outbox_done_at.
-func (q *Queries) OutboxConsoleDeliveredSince(ctx context.Context, span time.Duration) (*OutboxConsoleDeliveredSinceRow, error) {
-	row := q.db.QueryRow(ctx, outboxConsoleDeliveredSince, span)
-	var i OutboxConsoleDeliveredSinceRow
-	err := row.Scan(&i.Since, &i.Delivered)
-	return &i, err
-}
-
 const outboxConsoleIDRange = `-- name: OutboxConsoleIDRange :one
 WITH RECURSIVE bounds AS (
     SELECT coalesce((SELECT id FROM outbox ORDER BY id LIMIT 1), 0)::bigint AS low,

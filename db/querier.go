@@ -362,13 +362,6 @@ type Querier interface {
 	// Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
 	// migration 00006), two range scans per minute.
 	OutboxConsoleDeliveredPerMinute(ctx context.Context, arg OutboxConsoleDeliveredPerMinuteParams) ([]*OutboxConsoleDeliveredPerMinuteRow, error)
-	// OutboxConsoleDeliveredSince: exactly how many messages were delivered
-	// (status 'done', done_at) in the last @span, on the database clock, and
-	// that window's start. A skipped message is not counted.
-	// Cost: one index entry per delivery in the window (index only where the
-	// visibility map allows); never the older retained done rows.
-	// Index: outbox_done_at.
-	OutboxConsoleDeliveredSince(ctx context.Context, span time.Duration) (*OutboxConsoleDeliveredSinceRow, error)
 	// OutboxConsoleIDRange: a time range as a range of ids, [min_id, before_id),
 	// in one round trip: min_id is the first id created at or after
 	// @created_from (0 when @created_from is NULL), before_id the first id

@@ -106,19 +106,6 @@ SELECT b.minute::timestamptz AS minute,
        ) AS s
  ORDER BY b.minute;
 
--- OutboxConsoleDeliveredSince: exactly how many messages were delivered
--- (status 'done', done_at) in the last @span, on the database clock, and
--- that window's start. A skipped message is not counted.
--- Cost: one index entry per delivery in the window (index only where the
--- visibility map allows); never the older retained done rows.
--- Index: outbox_done_at.
--- name: OutboxConsoleDeliveredSince :one
-SELECT (now() - @span::interval)::timestamptz AS since,
-       count(*) AS delivered
-  FROM outbox
- WHERE status = 'done'
-   AND done_at >= now() - @span::interval;
-
 -- OutboxConsoleNow: the database clock, which every age on the pages uses.
 -- No table read.
 -- name: OutboxConsoleNow :one
