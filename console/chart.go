@@ -93,6 +93,9 @@ func newChart(title, unit string, from, to time.Time, ss ...series) chart {
 		if len(pts) > 0 {
 			fmt.Fprintf(&b, `<polyline class="%s" fill="none" points="%s"/>`, s.Class, strings.Join(pts, " "))
 		}
+		for _, p := range s.Points { // a dot per minute: a lone minute shows too
+			fmt.Fprintf(&b, `<circle class="%s dot" cx="%.1f" cy="%.1f" r="2.5"/>`, s.Class, x(p.T)+minuteW/2, y(p.V))
+		}
 	}
 	b.WriteString(`</svg>`)
 	c.SVG = template.HTML(b.String()) // numbers and fixed labels only
