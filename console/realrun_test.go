@@ -205,12 +205,8 @@ func TestBrowser_RealRunOverviewMatchesTheTable(t *testing.T) {
 	// Each bar: the minute's exact count over its length.
 	bars := get(t, ctx, chromedp.Evaluate[[]map[string]string](
 		`Array.from(document.querySelectorAll('svg.chart rect[data-t]')).slice(0, 60).map(e => ({t: e.dataset.t, v: e.dataset.v}))`))
-	now := time.Time{}
-	if err := r.pool.QueryRow(context.Background(), `SELECT now()`).Scan(&now); err != nil {
-		t.Fatal(err)
-	}
 	seen := int64(0)
-	for _, b := range bars {
+	for i, b := range bars {
 		minute, err := time.Parse(time.RFC3339, b["t"])
 		if err != nil {
 			t.Fatal(err)
@@ -218,12 +214,13 @@ func TestBrowser_RealRunOverviewMatchesTheTable(t *testing.T) {
 		n := r.count(t, `SELECT count(*) FROM outbox WHERE status = 'done' AND done_at >= $1 AND done_at < $1 + interval '1 minute'`, minute)
 		seen += n
 		v, _ := strconv.ParseFloat(b["v"], 64)
-		if minute.Add(time.Minute).Before(now) {
+		if i < len(bars)-1 || v < float64(n)/60-1e-9 {
+			// A past minute: its count over 60 s. The latest bar may be the
+			// minute that was current when the page was read: its count
+			// over the part gone by, so at least count / 60.
 			if want := float64(n) / 60; fmt.Sprintf("%.6f", v) != fmt.Sprintf("%.6f", want) {
 				t.Errorf("bar %s = %g msg/s, the table has %d deliveries in that minute (%g msg/s)", b["t"], v, n, want)
 			}
-		} else if v*1 < float64(n)/61 { // the current minute: over the part gone by (at most 60 s)
-			t.Errorf("current minute's bar %s = %g msg/s, the table has %d deliveries in it", b["t"], v, n)
 		}
 	}
 	if seen != charted {
