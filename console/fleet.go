@@ -335,7 +335,7 @@ func (f *Fleet) readOne(d *fleetDB) fleetRow {
 		blocked, err = q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{StalledAfter: f.cfg.StalledAfter, Cap: int32(cp)})
 	}
 	if err == nil {
-		minutes, err = q.OutboxConsoleDeliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
+		minutes, err = d.console.deliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
 			Minutes: fleetRateMinutes + 1, LatencySample: 1})
 	}
 	row.At = time.Now()

@@ -74,7 +74,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	run(func(ctx context.Context) { o.ExpiredLeases, errExp = c.q.OutboxExpiredLeases(ctx) })
 	run(func(ctx context.Context) { o.Relays, errLeas = dispatcher.ReadRelays(ctx, c.q, 20) })
 	run(func(ctx context.Context) {
-		minutes, errMin = c.q.OutboxConsoleDeliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
+		minutes, errMin = c.deliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
 			Minutes: 60, LatencySample: int32(c.cfg.PerMinuteCap)})
 	})
 

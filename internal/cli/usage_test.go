@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 func TestHelp_EveryCommandPrintsUsageWithExamples(t *testing.T) {
@@ -113,7 +116,7 @@ func TestUsage_BadFlagValuesSayWhichFlagAndWhatIsExpected(t *testing.T) {
 		{"enqueue missing event type", "enqueue --aggregate-type a --aggregate-id 1 --payload {}", "--event-type is required"},
 		{"enqueue bad header", "enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {} --header novalue", `invalid --header "novalue": expected name=value`},
 		{"enqueue bad time", "enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {} --available-at tomorrow", `invalid --available-at "tomorrow": expected an RFC 3339 time`},
-		{"migrate down to", "migrate down --to 99", "--to must be between 0 and 8, got 99"},
+		{"migrate down to", "migrate down --to 99", fmt.Sprintf("--to must be between 0 and %d, got 99", migrations.Latest())},
 		{"init without table", "init --dir x", "--table is required"},
 		{"init reserved word", "init --table user --dir x", `invalid --table "user": it is a reserved SQL key word`},
 		{"init bad characters", "init --table Billing-Outbox --dir x", `invalid --table "Billing-Outbox": use 1-63 characters among lower-case letters, digits and '_'`},
