@@ -43,7 +43,7 @@ func TestInit_DirOfTheAppsDbFolder(t *testing.T) {
 			t.Errorf("pgoutbox's queries: %v", err)
 		}
 		// The app's own sqlc entry reads db/migrations: init says what it gains.
-		mustContain(t, r, "stderr", "its package gains one type, the table's model HrOutbox (no query, no DBTX method)")
+		mustContain(t, r, "stderr", "its package gains two types, the tables' models HrOutbox and HrOutboxRelay (no query, no DBTX method)")
 	}
 }
 
@@ -56,7 +56,7 @@ func TestInit_FolderOfItsOwn(t *testing.T) {
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "    schema: db/outbox/migrations\n    queries: db/outbox/queries\n")
 	mustContain(t, r, "stderr", "  $ sqlc generate\n  $ goose -dir "+filepath.Join(root, "db", "outbox", "migrations")+" -table hr_outbox_migrations postgres \"$DATABASE_URL\" up\n  $ pgoutbox migrate up --table hr_outbox   # or this alone")
-	if strings.Contains(r.stderr, "gains one type") {
+	if strings.Contains(r.stderr, "gains two types") {
 		t.Errorf("init warns about the app's package for a folder of its own:\n%s", r.stderr)
 	}
 }
