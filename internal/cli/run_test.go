@@ -530,3 +530,59 @@ func TestRun_DefaultSourceIsTheResolvedTableWhateverTheFlags(t *testing.T) {
 		}
 	}
 }
+
+// stats lists the relay processes as they record themselves: two `run`
+// commands, two rows (text and --json), each with its owner prefix, host,
+// pid and version; a stopped one says so.
+func TestStats_RelaysAreTheRelayProcesses(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	a := start(t, invocation{env: d.env()}, "run", "--publisher", "discard", "--owner", "relay-a", "--poll-interval", "50ms")
+	b := start(t, invocation{env: d.env()}, "run", "--publisher", "discard", "--owner", "relay-b", "--poll-interval", "50ms")
+	ids := d.enqueue(t, 50, "E", "a", false)
+	eventually(t, 30*time.Second, "both relays recorded and every message done", func() bool {
+		return d.count(t, "status <> 'done'") == 0 && d.count(t, fmt.Sprintf("id = %d AND (SELECT count(*) FROM outbox_relays WHERE stopped_at IS NULL) = 2", ids[0])) == 1
+	})
+	type relay struct {
+		OwnerPrefix string `json:"owner_prefix"`
+		Owner       string `json:"owner"`
+		Host        string `json:"host"`
+		PID         int    `json:"pid"`
+		Version     string `json:"version"`
+		State       string `json:"state"`
+	}
+	readRelays := func() []relay {
+		r := call(t, invocation{env: d.env()}, "stats", "--json")
+		wantCode(t, r, ExitOK)
+		var rep struct {
+			Relays []relay `json:"relays"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("stats --json: %v\n%s", err, r)
+		}
+		return rep.Relays
+	}
+	got := readRelays()
+	if len(got) != 2 {
+		t.Fatalf("stats --json lists %d relays, want 2: %+v", len(got), got)
+	}
+	for _, r := range got {
+		if !strings.HasPrefix(r.OwnerPrefix, r.Owner+"/") || (r.Owner != "relay-a" && r.Owner != "relay-b") || r.Host == "" || r.PID == 0 || r.Version == "" || r.State != "running" {
+			t.Errorf("relay %+v: want relay-a or relay-b, its prefix, host, pid, version, running", r)
+		}
+	}
+	r := call(t, invocation{env: d.env()}, "stats")
+	wantCode(t, r, ExitOK)
+	for _, want := range []string{"relays (each relay's own record", got[0].OwnerPrefix, got[1].OwnerPrefix} {
+		mustContain(t, r, "stdout", want)
+	}
+	wantCode(t, b.stop(t), ExitOK)
+	states := map[string]string{}
+	for _, r := range readRelays() {
+		states[r.Owner] = r.State
+	}
+	if states["relay-a"] != "running" || states["relay-b"] != "stopped" {
+		t.Errorf("after relay-b stopped: %v, want relay-a running, relay-b stopped", states)
+	}
+	wantCode(t, a.stop(t), ExitOK)
+}
