@@ -78,8 +78,11 @@ func newChart(title, unit string, from, to time.Time, ss ...series) chart {
 				if p.V <= 0 {
 					continue
 				}
-				fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`,
-					s.Class, x(p.T)+minuteW*(1-barWidthOfOneMinute)/2, y(p.V), minuteW*barWidthOfOneMinute, padT+plotH-y(p.V))
+				// data-t and data-v carry the bar's minute and exact value
+				// (the title shows them on hover).
+				fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%.1f" width="%.1f" height="%.1f" data-t="%s" data-v="%g"><title>%s: %s %s</title></rect>`,
+					s.Class, x(p.T)+minuteW*(1-barWidthOfOneMinute)/2, y(p.V), minuteW*barWidthOfOneMinute, padT+plotH-y(p.V),
+					p.T.UTC().Format(time.RFC3339), p.V, p.T.UTC().Format("15:04"), strconvFloat(p.V), unit)
 			}
 			continue
 		}
@@ -89,6 +92,9 @@ func newChart(title, unit string, from, to time.Time, ss ...series) chart {
 		}
 		if len(pts) > 0 {
 			fmt.Fprintf(&b, `<polyline class="%s" fill="none" points="%s"/>`, s.Class, strings.Join(pts, " "))
+		}
+		for _, p := range s.Points { // a dot per minute: a lone minute shows too
+			fmt.Fprintf(&b, `<circle class="%s dot" cx="%.1f" cy="%.1f" r="2.5"/>`, s.Class, x(p.T)+minuteW/2, y(p.V))
 		}
 	}
 	b.WriteString(`</svg>`)
@@ -120,4 +126,12 @@ func formatValue(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.2g", v)
+}
+
+// strconvFloat is a bar's value for its title: two decimals below 100.
+func strconvFloat(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }

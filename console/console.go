@@ -107,8 +107,9 @@ type Config struct {
 	// CountCap is where status counts stop counting (shown as "100,000+").
 	// Defaults to 100,000.
 	CountCap int
-	// PerMinuteCap bounds the delivered rows the charts read per minute;
-	// above it the rate is estimated. Defaults to 500.
+	// PerMinuteCap bounds the deliveries per minute whose latency the
+	// latency chart reads (the first ones of the minute, in done_at order);
+	// the throughput chart counts every delivery. Defaults to 500.
 	PerMinuteCap int
 	// BulkBatch is the number of rows one statement of a bulk action
 	// changes. Defaults to 1,000.

@@ -62,8 +62,7 @@ type fleetRow struct {
 	Dead             count
 	Blocked          count
 	OldestAgeSeconds float64
-	PerSecond        float64 // delivered per second over the last 5 minutes
-	Estimated        bool    // a minute reached the read cap: PerSecond is an estimate
+	PerSecond        float64 // delivered per second over the last 5 full minutes (exact count / 300 s)
 }
 
 // attention orders rows by what needs an operator first: unreadable, then
@@ -336,7 +335,8 @@ func (f *Fleet) readOne(d *fleetDB) fleetRow {
 		blocked, err = q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{StalledAfter: f.cfg.StalledAfter, Cap: int32(cp)})
 	}
 	if err == nil {
-		minutes, err = q.OutboxConsoleDeliveredPerMinute(ctx, fleetMinuteCap)
+		minutes, err = d.console.deliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
+			Minutes: fleetRateMinutes + 1, LatencySample: 1})
 	}
 	row.At = time.Now()
 	if err != nil {
@@ -346,38 +346,27 @@ func (f *Fleet) readOne(d *fleetDB) fleetRow {
 	row.Pending, row.Processing, row.Dead = capped(counts.Pending, cp), capped(counts.Processing, cp), capped(counts.Dead, cp)
 	row.Blocked = capped(blocked, cp)
 	row.OldestAgeSeconds = counts.OldestAgeSeconds
-	row.PerSecond, row.Estimated = recentRate(minutes, fleetRateMinutes)
+	row.PerSecond = recentRate(minutes, fleetRateMinutes)
 	return row
 }
-
-// fleetMinuteCap bounds the delivered rows the overview reads per minute
-// and database (the per-database console reads Config.PerMinuteCap).
-const fleetMinuteCap = 200
 
 // fleetRateMinutes is the window of the overview's throughput.
 const fleetRateMinutes = 5
 
 // recentRate is the delivery rate over the last n full minutes of rows
-// (per second), estimated from the time a capped minute took.
-func recentRate(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, n int) (float64, bool) {
+// (per second): their exact count over their length, the same figures as
+// the database's own overview bars.
+func recentRate(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, n int) float64 {
 	if len(minutes) < 2 {
-		return 0, false
+		return 0
 	}
 	full := minutes[:len(minutes)-1] // the last row is the current, partial minute
 	full = full[max(len(full)-n, 0):]
-	var sum float64
-	est := false
+	var sum int64
 	for _, m := range full {
-		if m.Delivered >= fleetMinuteCap {
-			est = true
-			if d := m.LastDoneAt.Sub(m.Minute); d > 0 {
-				sum += float64(m.Delivered) / d.Seconds() * 60
-				continue
-			}
-		}
-		sum += float64(m.Delivered)
+		sum += m.Delivered
 	}
-	return sum / float64(len(full)*60), est
+	return float64(sum) / float64(len(full)*60)
 }
 
 // Databases returns the names of the fleet's databases, sorted.

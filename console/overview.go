@@ -16,16 +16,21 @@ type overview struct {
 	Pending          count
 	Processing       count
 	Dead             count
-	DoneEstimate     int64 // -1: unknown (table never analyzed)
+	Done             count // exact below the cap
+	Skipped          count // resolved without delivery: never counted as done
+	DoneEstimate     int64 // when Done is capped: the planner's estimate (-1: unknown, never analyzed)
 	OldestAgeSeconds float64
 	ExpiredLeases    int64
-	LeaseOwners      []*db.OutboxConsoleLeaseOwnersRow
+	Relays           []dispatcher.Relay // as they record themselves (outbox_relays)
 	Blocked          count
 	StalledAfter     time.Duration
 	Throughput       chart
 	Latency          chart
-	Delivered        int64 // last hour (exact below the per-minute cap)
-	Estimated        bool  // some minute reached the cap: rates are estimates
+	Delivered        int64     // exactly, the charted minutes' deliveries: since DeliveredSince
+	DeliveredSince   time.Time // the first charted minute, database clock
+	Sampled          bool      // some minute's latency comes from a sample (its first LatencySample deliveries)
+	LatencySample    int       // Config.PerMinuteCap
+	CountCap         int       // Config.CountCap
 	Horizon          dispatcher.Horizon
 	Moved            *db.OutboxPortabilityRow // rows from another server a relay (or pgoutbox repair) has yet to repair
 }
@@ -48,7 +53,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ctx := r.Context()
 	var (
-		o                                  = overview{StalledAfter: c.cfg.StalledAfter}
+		o                                  = overview{StalledAfter: c.cfg.StalledAfter, LatencySample: c.cfg.PerMinuteCap, CountCap: c.cfg.CountCap}
 		counts                             *db.OutboxConsoleStatusCountsRow
 		minutes                            []*db.OutboxConsoleDeliveredPerMinuteRow
 		blocked                            int64
@@ -67,10 +72,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			Cap: int32(c.cfg.CountCap), LowestIds: 1000})
 	})
 	run(func(ctx context.Context) { o.ExpiredLeases, errExp = c.q.OutboxExpiredLeases(ctx) })
-	run(func(ctx context.Context) { o.LeaseOwners, errLeas = c.q.OutboxConsoleLeaseOwners(ctx, 20) })
+	run(func(ctx context.Context) { o.Relays, errLeas = dispatcher.ReadRelays(ctx, c.q, 20) })
 	run(func(ctx context.Context) {
-		minutes, errMin = c.q.OutboxConsoleDeliveredPerMinute(ctx, int32(c.cfg.PerMinuteCap))
+		minutes, errMin = c.deliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
+			Minutes: 60, LatencySample: int32(c.cfg.PerMinuteCap)})
 	})
+
 	run(func(ctx context.Context) {
 		blocked, errBlk = c.q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{
 			StalledAfter: c.cfg.StalledAfter, Cap: int32(c.cfg.CountCap)})
@@ -90,36 +97,35 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	o.Pending, o.Processing, o.Dead = capped(counts.Pending, cp), capped(counts.Processing, cp), capped(counts.Dead, cp)
 	o.Blocked = capped(blocked, cp)
 	o.OldestAgeSeconds = counts.OldestAgeSeconds
+	o.Done, o.Skipped = capped(counts.Done, cp), capped(counts.Skipped, cp)
 	o.DoneEstimate = -1
-	if counts.EstimatedRows >= 0 {
-		o.DoneEstimate = max(int64(counts.EstimatedRows)-counts.Pending-counts.Processing-counts.Dead, 0)
+	if counts.EstimatedRows >= 0 && o.Done.Capped {
+		o.DoneEstimate = max(int64(counts.EstimatedRows)-counts.Pending-counts.Processing-counts.Dead-counts.Skipped, counts.Done)
 	}
-	o.Throughput, o.Latency, o.Delivered, o.Estimated = c.charts(minutes, o.Now)
+	if len(minutes) > 0 {
+		o.DeliveredSince = minutes[0].Minute
+	}
+	o.Throughput, o.Latency, o.Sampled = c.charts(minutes, o.Now, &o.Delivered)
 	c.render(w, r, start, http.StatusOK, "overview", "Overview", "overview", c.cfg.Refresh, o)
 }
 
 // charts turns the per-minute rows into the throughput chart (messages per
-// second) and the latency chart (p50 and p99, milliseconds).
-func (c *Console) charts(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, now time.Time) (tp, lat chart, delivered int64, estimated bool) {
+// second: each minute's exact count over its length, the current minute's
+// over the part of it gone by) and the latency chart (p50 and p99,
+// milliseconds, from each minute's sample).
+// delivered gets the sum of the minutes' counts.
+func (c *Console) charts(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, now time.Time, delivered *int64) (tp, lat chart, sampled bool) {
 	var rate, p50, p99 []point
 	for _, m := range minutes {
+		*delivered += m.Delivered
 		span := time.Minute
 		if end := m.Minute.Add(time.Minute); end.After(now) {
 			span = max(now.Sub(m.Minute), time.Second) // the current, partial minute
 		}
-		r := float64(m.Delivered) / span.Seconds()
-		if m.Delivered >= int64(c.cfg.PerMinuteCap) {
-			// The minute reached the cap: the rate is the cap over the time
-			// it took to deliver that many.
-			estimated = true
-			if d := m.LastDoneAt.Sub(m.Minute); d > 0 {
-				r = float64(m.Delivered) / d.Seconds()
-			}
-			delivered += int64(r * span.Seconds())
-		} else {
-			delivered += m.Delivered
+		rate = append(rate, point{m.Minute, float64(m.Delivered) / span.Seconds()})
+		if m.Delivered > m.Sampled {
+			sampled = true
 		}
-		rate = append(rate, point{m.Minute, r})
 		if m.Delivered > 0 {
 			p50 = append(p50, point{m.Minute, m.P50Ms})
 			p99 = append(p99, point{m.Minute, m.P99Ms})
@@ -129,5 +135,5 @@ func (c *Console) charts(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, now t
 	tp = newChart("Throughput (messages/s, per minute)", "msg/s", from, to, series{Name: "delivered", Class: "s1", Points: rate, Bars: true})
 	lat = newChart("End-to-end latency (created → done, ms)", "ms", from, to,
 		series{Name: "p50", Class: "s1", Points: p50}, series{Name: "p99", Class: "s2", Points: p99})
-	return tp, lat, delivered, estimated
+	return tp, lat, sampled
 }

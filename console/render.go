@@ -26,6 +26,7 @@ var funcs = template.FuncMap{
 	"seconds": func(s float64) string { return formatAge(time.Duration(s * float64(time.Second))) },
 	"slice2":  func(a, b chart) []chart { return []chart{a, b} },
 	"rate":    func(r float64) string { return strconv.FormatFloat(r, 'f', 1, 64) },
+	"int64":   func(n int32) int64 { return int64(n) },
 	"form": func(base, path string, f filter, statuses []string) filterForm {
 		return filterForm{Action: base + path, Filter: f, Statuses: statuses}
 	},

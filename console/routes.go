@@ -19,6 +19,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+p+"/messages/{id}", c.message)
 	m.HandleFunc("GET "+p+"/dead", c.dead)
 	m.HandleFunc("GET "+p+"/blocked", c.blocked)
+	m.HandleFunc("GET "+p+"/relays", c.relays)
 	m.HandleFunc("POST "+p+"/confirm", c.confirm)
 	m.HandleFunc("POST "+p+"/apply", c.apply)
 	m.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", staticFiles))

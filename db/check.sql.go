@@ -12,6 +12,8 @@ import (
 const outboxCheckTable = `-- name: OutboxCheckTable :one
 
 SELECT coalesce(c.oid::regclass::text, '')::text AS relation,
+       coalesce((SELECT n.nspname::text FROM pg_catalog.pg_namespace n WHERE n.oid = c.relnamespace), '')::text AS schema_name,
+       coalesce(c.relname::text, '')::text AS resolved_table,
        current_setting('search_path')::text AS search_path,
        coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum)
                    FROM pg_catalog.pg_attribute a
@@ -35,12 +37,14 @@ type OutboxCheckTableParams struct {
 }
 
 type OutboxCheckTableRow struct {
-	Relation   string   `json:"relation"`
-	SearchPath string   `json:"search_path"`
-	Columns    []string `json:"columns"`
-	HasTrigger bool     `json:"has_trigger"`
-	HasHistory bool     `json:"has_history"`
-	Elsewhere  []string `json:"elsewhere"`
+	Relation      string   `json:"relation"`
+	SchemaName    string   `json:"schema_name"`
+	ResolvedTable string   `json:"resolved_table"`
+	SearchPath    string   `json:"search_path"`
+	Columns       []string `json:"columns"`
+	HasTrigger    bool     `json:"has_trigger"`
+	HasHistory    bool     `json:"has_history"`
+	Elsewhere     []string `json:"elsewhere"`
 }
 
 // The start check of the dispatcher and of every pgoutbox command: is the
@@ -49,10 +53,13 @@ type OutboxCheckTableRow struct {
 // table.
 // OutboxCheckTable resolves @relation (table or schema.table) as this
 // session does, and returns its name as regclass text (” when it does not
-// resolve), the search_path seen, its columns, whether the trigger
-// @trigger_name is on it, whether the table @history_name (the attempt
-// history, migration 00011) is in its schema, and every schema.table named
-// @table_name (to say where a table is when it is not found).
+// resolve), its schema and table names as stored (unquoted; ” when it does
+// not resolve: the table identity the default CloudEvents source is built
+// from, whatever search_path or flags named it), the search_path seen, its
+// columns, whether the trigger @trigger_name is on it, whether the table
+// @history_name (the attempt history, migration 00011) is in its schema,
+// and every schema.table named @table_name (to say where a table is when it
+// is not found).
 // Lock strategy: none (catalog reads, no lock on the table).
 // Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 // 0 rows: never; one row always.
@@ -66,6 +73,8 @@ func (q *Queries) OutboxCheckTable(ctx context.Context, arg OutboxCheckTablePara
 	var i OutboxCheckTableRow
 	err := row.Scan(
 		&i.Relation,
+		&i.SchemaName,
+		&i.ResolvedTable,
 		&i.SearchPath,
 		&i.Columns,
 		&i.HasTrigger,

@@ -250,14 +250,16 @@ WITH u AS MATERIALIZED ( -- each count once (inlined, the CASE would repeat them
            + (SELECT count(*) FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL) AS pending,
            (SELECT count(*) FROM outbox WHERE status = 'processing') AS processing,
            (SELECT count(*) FROM outbox WHERE status = 'dead') AS dead,
+           (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'skipped' LIMIT 10000) AS k) AS skipped,
            (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'done' LIMIT 10000) AS d) AS done_counted,
            coalesce((SELECT c.reltuples FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass('outbox')), -1) AS reltuples
 )
 SELECT u.pending::bigint AS pending,
        u.processing::bigint AS processing,
        u.dead::bigint AS dead,
+       u.skipped::bigint AS skipped,
        (CASE WHEN u.done_counted < 10000 THEN u.done_counted
-             ELSE greatest(u.reltuples::bigint - u.pending - u.processing - u.dead, u.done_counted) END)::bigint AS done
+             ELSE greatest(u.reltuples::bigint - u.pending - u.processing - u.dead - u.skipped, u.done_counted) END)::bigint AS done
   FROM u
 `
 
@@ -265,6 +267,7 @@ type OutboxQueueDepthRow struct {
 	Pending    int64 `json:"pending"`
 	Processing int64 `json:"processing"`
 	Dead       int64 `json:"dead"`
+	Skipped    int64 `json:"skipped"`
 	Done       int64 `json:"done"`
 }
 
@@ -278,8 +281,9 @@ type OutboxQueueDepthRow struct {
 // exactly).
 // Indexes: outbox_pending (pending, unordered), outbox_ordered_head
 // (pending, ordered; status is an INCLUDE column), outbox_leased
-// (processing), outbox_dead (dead), outbox_done_at (done, at most 10,000
-// entries).
+// (processing), outbox_dead (dead), outbox_skipped (skipped, at most
+// 10,000 entries; migration 00012), outbox_done_at (done, at most 10,000
+// entries). A skipped message is never counted as done.
 func (q *Queries) OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error) {
 	row := q.db.QueryRow(ctx, outboxQueueDepth)
 	var i OutboxQueueDepthRow
@@ -287,6 +291,7 @@ func (q *Queries) OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, e
 		&i.Pending,
 		&i.Processing,
 		&i.Dead,
+		&i.Skipped,
 		&i.Done,
 	)
 	return &i, err

@@ -35,10 +35,13 @@ type Querier interface {
 	// table.
 	// OutboxCheckTable resolves @relation (table or schema.table) as this
 	// session does, and returns its name as regclass text ('' when it does not
-	// resolve), the search_path seen, its columns, whether the trigger
-	// @trigger_name is on it, whether the table @history_name (the attempt
-	// history, migration 00011) is in its schema, and every schema.table named
-	// @table_name (to say where a table is when it is not found).
+	// resolve), its schema and table names as stored (unquoted; '' when it does
+	// not resolve: the table identity the default CloudEvents source is built
+	// from, whatever search_path or flags named it), the search_path seen, its
+	// columns, whether the trigger @trigger_name is on it, whether the table
+	// @history_name (the attempt history, migration 00011) is in its schema,
+	// and every schema.table named @table_name (to say where a table is when it
+	// is not found).
 	// Lock strategy: none (catalog reads, no lock on the table).
 	// Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 	// 0 rows: never; one row always.
@@ -359,20 +362,30 @@ type Querier interface {
 	// id, and how many dead ids it held). 0, 0: no dead row in the range.
 	// Index: outbox_dead (index-only backward range scan).
 	OutboxConsoleDeadWindow(ctx context.Context, arg OutboxConsoleDeadWindowParams) (*OutboxConsoleDeadWindowRow, error)
-	// OutboxConsoleDeliveredPerMinute: the last hour of deliveries, one row per
-	// minute (oldest first; the current minute is partial), for the throughput
-	// and end-to-end latency charts. Each minute reads at most @per_minute_cap
-	// index entries in done_at order: below the cap, delivered is exact; at the
-	// cap, last_done_at says how long the minute took to deliver that many
-	// (the page then estimates the rate as cap / (last_done_at - minute)), and
-	// the latency figures (done_at - created_at, milliseconds) describe those
-	// rows. All times on the database clock. Latency is float8 (date_part):
+	// OutboxConsoleDeliveredPerMinute: deliveries of the last @minutes minutes,
+	// one row per minute (oldest first; the last row is the current, partial
+	// minute), for the throughput and end-to-end latency charts and the fleet
+	// overview's rate. delivered is exact: every done row whose done_at falls in
+	// the minute is counted (status 'done' only: a skipped message was never
+	// delivered), so a bar is the minute's true average rate whenever in the
+	// minute the deliveries came. The latency figures (done_at - created_at,
+	// milliseconds) describe a sample: the first @latency_sample deliveries of
+	// the minute in done_at order (all of them below that; sampled says how
+	// many). All times on the database clock. Latency is float8 (date_part):
 	// extract returns numeric, whose arithmetic and sort made the percentiles
-	// cost twice the time (fastest of 8 runs at load 12: 41 ms against 20 ms,
-	// 60 minutes of 250 rows).
+	// cost twice the time.
+	// The minutes come from an integer series, whose row count the planner
+	// knows (a timestamp series is estimated at 1,000 rows). Callers run it with
+	// jit off (SET LOCAL): its cost grows with the deliveries counted, and
+	// above jit_above_cost PostgreSQL spent 2.7 s compiling it for 0.2 s of
+	// work (412,000 deliveries in the hour).
+	// Cost: one index range scan per minute for the count (index only where
+	// the visibility map allows) and one for the sample: it grows with the
+	// deliveries of those minutes, never with the retained done rows; measured
+	// in docs/console/README.md.
 	// Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
-	// migration 00006), one range scan per minute.
-	OutboxConsoleDeliveredPerMinute(ctx context.Context, perMinuteCap int32) ([]*OutboxConsoleDeliveredPerMinuteRow, error)
+	// migration 00006).
+	OutboxConsoleDeliveredPerMinute(ctx context.Context, arg OutboxConsoleDeliveredPerMinuteParams) ([]*OutboxConsoleDeliveredPerMinuteRow, error)
 	// OutboxConsoleIDRange: a time range as a range of ids, [min_id, before_id),
 	// in one round trip: min_id is the first id created at or after
 	// @created_from (0 when @created_from is NULL), before_id the first id
@@ -386,11 +399,6 @@ type Querier interface {
 	// 10 million rows, 3-4 index pages per probe.
 	// Index: the primary key (point probes only).
 	OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (*OutboxConsoleIDRangeRow, error)
-	// OutboxConsoleLeaseOwners: relays currently holding leases: per
-	// lease_owner, how many leases, how many of them expired, and the earliest
-	// lease_until (the oldest lease), database clock. Busiest first.
-	// Index: outbox_leased (processing rows only; bounded by what relays hold).
-	OutboxConsoleLeaseOwners(ctx context.Context, maxRows int32) ([]*OutboxConsoleLeaseOwnersRow, error)
 	// OutboxConsoleMessage: one message with everything the detail page shows.
 	// No row: no such id (purged, or never existed).
 	// Index: the primary key.
@@ -435,7 +443,8 @@ type Querier interface {
 	OutboxConsoleSkipDeadMany(ctx context.Context, arg OutboxConsoleSkipDeadManyParams) ([]int64, error)
 	// Web console (package console, `pgoutbox ui`). Pages must stay fast with
 	// millions of retained done rows: nothing here counts or scans done rows
-	// without a bound. Undelivered rows (pending, processing, dead) are counted
+	// without a bound (at most @cap of them, or those delivered in the charted
+	// minutes). Undelivered rows (pending, processing, dead) are counted
 	// through their partial indexes with a cap; done rows are estimated from
 	// pg_class.reltuples; every list is a keyset page over an index, read from a
 	// window of at most @scan_rows index entries so a selective filter can never
@@ -447,8 +456,9 @@ type Querier interface {
 	// Callers run these with a custom plan per execution (pgx
 	// QueryExecModeExec): the optional filters (sqlc.narg ... IS NULL OR ...)
 	// would otherwise get a generic plan that ignores which filters are set.
-	// OutboxConsoleStatusCounts: undelivered messages by status, each count
-	// stopping at @cap rows (the page shows "cap+" when a count reached it), the
+	// OutboxConsoleStatusCounts: messages by status, each count stopping at
+	// @cap rows (the page shows "cap+" when a count reached it; below the cap a
+	// count is exact; done rows beyond it are estimated, see below), the
 	// age in seconds of the oldest undelivered (pending or processing) message
 	// (0 when there is none), and the planner's estimate of all rows
 	// (pg_class.reltuples, -1 when the table has never been analyzed), from
@@ -466,7 +476,9 @@ type Querier interface {
 	// outbox_leased and their table rows (bounded by what relays hold).
 	// Indexes: outbox_pending_txid (pending unordered, count, index only),
 	// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
-	// outbox_dead (dead, count, index only). Never reads a done row.
+	// outbox_dead (dead, count, index only), outbox_skipped (skipped, count,
+	// at most @cap entries; 00012), outbox_done_at (done, count, at
+	// most @cap entries, index only where the visibility map allows).
 	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error)
 	// Monitoring: queue depth, oldest pending age, expired leases, attempts and
 	// blocked aggregates; read-only, no locks taken.
@@ -754,8 +766,9 @@ type Querier interface {
 	// exactly).
 	// Indexes: outbox_pending (pending, unordered), outbox_ordered_head
 	// (pending, ordered; status is an INCLUDE column), outbox_leased
-	// (processing), outbox_dead (dead), outbox_done_at (done, at most 10,000
-	// entries).
+	// (processing), outbox_dead (dead), outbox_skipped (skipped, at most
+	// 10,000 entries; migration 00012), outbox_done_at (done, at most 10,000
+	// entries). A skipped message is never counted as done.
 	OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error)
 	// OutboxReap buries messages whose worker keeps dying: processing rows whose
 	// lease expired with every attempt spent go to dead. A poison message never
@@ -805,6 +818,41 @@ type Querier interface {
 	// fire on UPDATE, so callers NOTIFY (OutboxNotify) to wake dispatchers.
 	// 0 rows: no such id, or it is not dead (nothing changed).
 	OutboxRedriveDead(ctx context.Context, id int64) (int64, error)
+	// Relays (migration 00012): each relay process records itself in
+	// outbox_relays at a low rate (Config.RelayInterval), never on the
+	// per-message path; the console's relays page and `pgoutbox stats` read it.
+	// All times on the database clock: the relay sends ages (how long ago, on
+	// its monotonic clock), never its wall clock.
+	// OutboxRelayBeat records this relay's heartbeat: inserts its row on the
+	// first beat, then updates it (heartbeat_at now, in flight, last claim and
+	// last finalize as now() minus the ages the relay measured; a NULL age keeps
+	// the time stored, never claimed or finalized yet). In the same statement
+	// it deletes the rows of relays silent for longer than @forget_after.
+	// Lock strategy: one row upsert by primary key (the relay's own row; no
+	// other relay writes it), plus a DELETE of long-silent rows (no relay
+	// writes those any more). 0 rows: never (returns the rows forgotten).
+	// Index: outbox_relays_pkey.
+	OutboxRelayBeat(ctx context.Context, arg OutboxRelayBeatParams) (*OutboxRelayBeatRow, error)
+	// OutboxRelayStop marks this relay stopped (graceful shutdown): stopped_at
+	// and the last heartbeat now, nothing in flight.
+	// Lock strategy: one row update by primary key. 0 rows: the row was never
+	// written or was forgotten (nothing to mark).
+	// Index: outbox_relays_pkey.
+	OutboxRelayStop(ctx context.Context, arg OutboxRelayStopParams) (int64, error)
+	// OutboxRelays lists the relays of the last hour: running first (by owner
+	// prefix), then stopped or silent ones, most recent first, with the ages
+	// (seconds, database clock) of their heartbeat, last claim and last
+	// finalize (-1: never), and the leases their claims hold now (processing
+	// rows whose lease_owner starts with the relay's prefix).
+	// Lock strategy: none (reads). 0 rows: no relay has beaten in the last hour
+	// (or none runs a version that records itself).
+	// Index: outbox_relays_pkey (a row per relay); outbox_leased for the leases.
+	OutboxRelays(ctx context.Context, maxRows int32) ([]*OutboxRelaysRow, error)
+	// OutboxRelaysTable reports whether outbox_relays exists (migration 00012
+	// applied), so readers show no relays, instead of an error, on a table
+	// migrated by an older pgoutbox.
+	// Lock strategy: none (catalog read). 0 rows: never.
+	OutboxRelaysTable(ctx context.Context) (bool, error)
 	// OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
 	// shutdown, or a lease too close to expiry to start publishing): pending,
 	// available now, the attempt refunded because nothing was tried.

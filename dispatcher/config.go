@@ -39,6 +39,7 @@ const (
 	ChannelDefault            = "outbox"
 	DatabaseRetryMaxDefault   = time.Second // the longest wait between two attempts to reach the database (claims, recovery, LISTEN): a server back from a restart or a failover is used again within about a second
 	StatsIntervalDefault      = 15 * time.Second
+	RelayIntervalDefault      = 5 * time.Second
 	MaxPayloadBytesDefault    = 1 << 20
 	MaxIdentifierBytesDefault = 255
 	ClaimTimeoutDefault       = 30 * time.Second
@@ -345,6 +346,18 @@ type Config struct {
 	// a fleet finish theirs. Defaults to 15s.
 	StatsInterval time.Duration
 
+	// RelayInterval is how often the dispatcher records itself in the
+	// table outbox_relays (migration 00012; the table is named after
+	// Table, in Schema): its owner prefix, host, process id, pgoutbox
+	// version, messages in flight, last claim and last finalize, on the
+	// database clock. The console's relays page and `pgoutbox stats` list
+	// these rows, one per running relay; Run marks its row stopped when
+	// it returns, and any relay deletes rows silent for an hour. One
+	// single-row upsert per interval, never on the per-message path.
+	// Negative: never (the relay does not appear in the relays view).
+	// Defaults to RelayIntervalDefault (5s).
+	RelayInterval time.Duration
+
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
@@ -391,7 +404,9 @@ type Config struct {
 	// attribute and, with the outbox id, the idempotency key consumers
 	// deduplicate on (see DefaultSource). Every dispatcher of one outbox must
 	// use the same value. Defaults to DefaultSource of the pool's connection
-	// settings and the outbox table ("pgoutbox://HOST:PORT/DATABASE/public.outbox").
+	// settings and the outbox table as the database resolves it,
+	// schema-qualified whether or not Schema is set
+	// ("pgoutbox://HOST:PORT/DATABASE/public.outbox"; Run resolves it).
 	Source string
 
 	// Hooks for running dispatchers over many databases in one process
@@ -432,6 +447,7 @@ func (c Config) withDefaults() Config {
 	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
 	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
+	c.RelayInterval = cmp.Or(c.RelayInterval, RelayIntervalDefault)
 	c.ReapGrace = cmp.Or(c.ReapGrace, ReapGraceDefault)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)

@@ -55,6 +55,11 @@ type Dispatcher struct {
 	sequencesChecked time.Time     // when the recovery lane last checked the sequences (moved.go)
 
 	running atomic.Bool
+
+	source        atomic.Pointer[string] // Message.Source (Source)
+	lastClaim     atomic.Int64           // time since epoch of the last claim that returned rows (relays.go)
+	lastFinalize  atomic.Int64           // time since epoch of the last finalize statement that wrote
+	defaultSource bool                   // Config.Source was empty: Run resolves it (resolveSource)
 }
 
 // New returns a Dispatcher over pool that publishes through pub. cfg is
@@ -70,8 +75,12 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Source == "" {
-		cfg.Source = DefaultSource(&pool.Config().ConnConfig.Config, cfg.Schema, cfg.Table)
+	// An empty Source is resolved by Run from the table the database
+	// resolves (resolveSource); until then it reads as if the table were
+	// in Config.Schema, or else in public.
+	defaultSource := cfg.Source == ""
+	if defaultSource {
+		cfg.Source = DefaultSource(&pool.Config().ConnConfig.Config, cmpOr(cfg.Schema, "public"), cfg.Table)
 	}
 	rename, err := newRenamer(cfg.Table, cfg.Schema)
 	if err != nil {
@@ -122,6 +131,8 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		firstIdle:   make(chan struct{}),
 		epoch:       time.Now(),
 	}
+	d.defaultSource = defaultSource
+	d.source.Store(&cfg.Source)
 	return d, nil
 }
 
@@ -191,6 +202,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.cfg.DisableListen {
 		side.Add(1)
 		go func() { defer side.Done(); d.listen(ctx) }()
+	}
+	if d.cfg.RelayInterval > 0 {
+		side.Add(1)
+		go func() { defer side.Done(); d.relayLoop(ctx, flushCtx) }()
 	}
 	if d.cfg.StatsInterval > 0 {
 		reg, err := d.metrics.observeQueue()
@@ -532,7 +547,7 @@ func (d *Dispatcher) newJob(id, leaseVersion int64, leaseOwner string, attempts 
 		msg: Message{
 			ID:            IDString(id),
 			OutboxID:      id,
-			Source:        d.cfg.Source,
+			Source:        *d.source.Load(),
 			AggregateType: aggregateType,
 			AggregateID:   aggregateID,
 			EventType:     eventType,

@@ -198,6 +198,7 @@ func (d *Dispatcher) writeResults(ctx context.Context, batch []*job, noHandoff b
 		return
 	}
 	d.metrics.finalizeFlush(ctx, len(batch))
+	d.markFinalized()
 	// A finalized ordered message makes the next message of its aggregate
 	// the head, which nothing else announces (no INSERT, so no NOTIFY): wake
 	// the claimer, or an idle one would wait for the poll interval before

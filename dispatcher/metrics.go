@@ -53,7 +53,7 @@ type Stats struct {
 // QueueStats are the table-wide gauges (all dispatchers).
 type QueueStats struct {
 	At                time.Time
-	ByStatus          map[string]int64 // pending, processing, dead exact; done exact up to 10,000, then estimated (OutboxQueueDepth)
+	ByStatus          map[string]int64 // pending, processing, dead exact; done exact up to 10,000, then estimated; skipped (never counted as done) exact up to 10,000 (OutboxQueueDepth)
 	OldestAgeSeconds  float64
 	ExpiredLeases     int64
 	BlockedAggregates int64

@@ -20,7 +20,12 @@ import (
 // its key.
 //
 // Config.Source, when empty, defaults to DefaultSource of the database the
-// pool connects to and the outbox table.
+// pool connects to and the outbox table as the database resolves it,
+// schema-qualified: a relay configured with Schema "public" and one that
+// finds the table through a search_path starting with public get the same
+// source, "…/DATABASE/public.outbox". Resolving needs the database: Run does
+// it at its start; a database that cannot be read then leaves the default
+// as if the table were in Config.Schema, or else in public.
 //
 // Every dispatcher of one outbox must use the same source, or a message
 // published twice (a takeover) gets two keys. The default is derived from
@@ -84,5 +89,18 @@ func hostPort(host string, port uint16) string {
 }
 
 // Source is Message.Source of every message this dispatcher publishes
-// (Config.Source or its default).
-func (d *Dispatcher) Source() string { return d.cfg.Source }
+// (Config.Source or its default). The default is final once Run has
+// checked the table at its start (before its first claim): before that it
+// assumes the table is in Config.Schema, or else in public.
+func (d *Dispatcher) Source() string { return *d.source.Load() }
+
+// resolveSource sets the default source from the table's identity as the
+// database resolved it (Run's start check): schema-qualified whether the
+// table was named with Config.Schema or through the search_path.
+func (d *Dispatcher) resolveSource(schema, table string) {
+	if !d.defaultSource || schema == "" || table == "" {
+		return
+	}
+	src := DefaultSource(&d.pool.Config().ConnConfig.Config, schema, table)
+	d.source.Store(&src)
+}

@@ -87,7 +87,8 @@ func ReadQueueStats(ctx context.Context, q *db.Queries) (QueueStats, error) {
 		return out, err
 	}
 	out.ByStatus["pending"], out.ByStatus["processing"], out.ByStatus["dead"] = depth.Pending, depth.Processing, depth.Dead
-	out.ByStatus["done"] = depth.Done // exact up to 10,000, then an estimate (OutboxQueueDepth)
+	out.ByStatus["done"] = depth.Done       // exact up to 10,000, then an estimate (OutboxQueueDepth)
+	out.ByStatus["skipped"] = depth.Skipped // resolved without delivery; exact up to 10,000
 	if out.OldestAgeSeconds, err = q.OutboxOldestPendingAge(ctx); err != nil {
 		return out, err
 	}

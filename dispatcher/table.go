@@ -117,10 +117,21 @@ func requiredColumns() []string {
 // own goose history passes. Errors wrap ErrOutboxTable and name the table,
 // the schema and the search_path seen; other errors are the database's.
 func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTrigger bool) error {
+	_, _, err := ResolveTable(ctx, q, table, schema, withoutTrigger)
+	return err
+}
+
+// ResolveTable is CheckTable that also returns the table's identity as the
+// database resolved it: its schema and its name, unquoted (for example
+// "public", "outbox" whether schema was "public" or "" with public first on
+// the search_path). The default CloudEvents source is built from them
+// (DefaultSource), so that every equivalent way of naming one table gives
+// one source.
+func ResolveTable(ctx context.Context, q db.DBTX, table, schema string, withoutTrigger bool) (resolvedSchema, resolvedTable string, err error) {
 	table = cmpOr(table, TableDefault)
 	r, err := sqlrename.New(table, schema)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		return "", "", fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	// One catalog read (queries/check.sql), on the generated query as it
 	// is: it names no outbox table, so no rename applies.
@@ -128,7 +139,7 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 		Relation: r.Qualified(), TriggerName: table + "_notify", TableName: table, HistoryName: table + "_attempts",
 	})
 	if err != nil {
-		return fmt.Errorf("outbox: check table %s: %w", r.Qualified(), err)
+		return "", "", fmt.Errorf("outbox: check table %s: %w", r.Qualified(), err)
 	}
 	where := fmt.Sprintf("schema %s", cmpOr(schema, "(none: resolved through the search_path)"))
 	seen := fmt.Sprintf("search_path seen: %s", row.SearchPath)
@@ -137,7 +148,7 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 		if len(row.Elsewhere) > 0 {
 			hint = fmt.Sprintf("a table of that name exists as %s: set the schema (Config.Schema, --schema) or the search_path instead of migrating again", strings.Join(row.Elsewhere, ", "))
 		}
-		return fmt.Errorf("%w: table %s not found (%s; %s); %s", ErrOutboxTable, table, where, seen, hint)
+		return "", "", fmt.Errorf("%w: table %s not found (%s; %s); %s", ErrOutboxTable, table, where, seen, hint)
 	}
 	var missing []string
 	for _, c := range requiredColumns() {
@@ -146,7 +157,7 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: table %s (%s; %s) lacks the columns %s: apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
+		return "", "", fmt.Errorf("%w: table %s (%s; %s) lacks the columns %s: apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
 			ErrOutboxTable, row.Relation, where, seen, strings.Join(missing, ", "))
 	}
 	if !row.HasHistory {
@@ -154,14 +165,14 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 		// that records the failure: without the table every failure's
 		// write would fail, and the messages would be delivered again
 		// when their leases expire.
-		return fmt.Errorf("%w: table %s (%s; %s) has no attempt history table %s_attempts beside it (migration 00011): apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
+		return "", "", fmt.Errorf("%w: table %s (%s; %s) has no attempt history table %s_attempts beside it (migration 00011): apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
 			ErrOutboxTable, row.Relation, where, seen, table)
 	}
 	if !withoutTrigger && !row.HasTrigger {
-		return fmt.Errorf("%w: table %s (%s; %s) has no trigger %s_notify, so no NOTIFY wakes dispatchers: apply the pgoutbox migrations, or disable LISTEN",
+		return "", "", fmt.Errorf("%w: table %s (%s; %s) has no trigger %s_notify, so no NOTIFY wakes dispatchers: apply the pgoutbox migrations, or disable LISTEN",
 			ErrOutboxTable, row.Relation, where, seen, table)
 	}
-	return nil
+	return row.SchemaName, row.ResolvedTable, nil
 }
 
 // checkTable is Run's start check. A structural problem fails Run at once;
@@ -172,7 +183,10 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	// must not hold Run at its start.
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	defer cancel()
-	err := CheckTable(cctx, d.plain, d.cfg.Table, d.cfg.Schema, d.cfg.DisableListen)
+	schema, table, err := ResolveTable(cctx, d.plain, d.cfg.Table, d.cfg.Schema, d.cfg.DisableListen)
+	if err == nil {
+		d.resolveSource(schema, table)
+	}
 	if err != nil && !errors.Is(err, ErrOutboxTable) && !errors.Is(err, ErrInvalidConfig) {
 		d.log.Warn("cannot check the outbox table at start; continuing", "error", err)
 		return nil

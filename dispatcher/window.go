@@ -269,6 +269,9 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 	// for it, and counted one by one it caught the dispatch loop half way
 	// and wrote one claim's rows in two statements (1,206 + 794).
 	d.inFlight.Add(int64(len(rows)))
+	if len(rows) > 0 {
+		d.markClaimed()
+	}
 	for _, r := range rows {
 		jobs <- d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
 			r.EventType, r.Payload, r.Headers, r.CreatedAt, ordered, position(r.Seq, r.PrevSeq, r.SentSeq))

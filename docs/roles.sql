@@ -18,9 +18,10 @@
 --                      migration version table (run checks the schema
 --                      version at start), SELECT, INSERT and UPDATE on
 --                      outbox_attempts (the attempt history the finalize
---                      writes with each failure). LISTEN needs no grant. It
---                      cannot INSERT or DELETE outbox rows, or change the
---                      schema.
+--                      writes with each failure), and its own row of
+--                      outbox_relays (the relays view). LISTEN needs no
+--                      grant. It cannot INSERT or DELETE outbox rows, or
+--                      change the schema.
 --   pgoutbox_admin     operators (`pgoutbox stats`, `dead list/show/retry/
 --                      skip`, `redeliver`, `purge`): everything the relay
 --                      has, plus DELETE on outbox and outbox_attempts for
@@ -65,6 +66,8 @@ GRANT SELECT (id) ON outbox TO pgoutbox_producer;
 GRANT SELECT, UPDATE ON outbox TO pgoutbox_relay;
 GRANT SELECT ON pgoutbox_migrations TO pgoutbox_relay;
 GRANT SELECT, INSERT, UPDATE ON outbox_attempts TO pgoutbox_relay;
+-- Each relay records itself (its heartbeat) and forgets long-silent relays.
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relays TO pgoutbox_relay;
 
 -- Operators: the relay's rights plus purge.
 GRANT pgoutbox_relay TO pgoutbox_admin;

@@ -126,9 +126,11 @@ func (m *member) serve(ctx context.Context) error {
 
 	dcfg := cfg.Dispatcher
 	dcfg.Logger = m.log
-	m.mu.Lock()
-	dcfg.Source = m.source
-	m.mu.Unlock()
+	if m.f.cfg.Source != nil { // else the dispatcher's default, resolved by its Run
+		m.mu.Lock()
+		dcfg.Source = m.source
+		m.mu.Unlock()
+	}
 	dcfg.Limiter = m.share
 	dcfg.MetricAttributes = append(append([]attribute.KeyValue{}, dcfg.MetricAttributes...), attribute.String("database", m.db.Name))
 	dcfg.MeterProvider = cfg.MeterProvider
@@ -246,6 +248,7 @@ func (m *member) retire(d *dispatcher.Dispatcher) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.past = addStats(m.past, s)
+	m.source = d.Source() // resolved by Run
 	m.disp = nil
 	m.restarts++
 }

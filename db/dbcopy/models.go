@@ -45,3 +45,17 @@ type OutboxAttempt struct {
 	Error     *string   `json:"error"`
 	Answer    *string   `json:"answer"`
 }
+
+type OutboxRelay struct {
+	OwnerPrefix    string     `json:"owner_prefix"`
+	Owner          string     `json:"owner"`
+	Host           string     `json:"host"`
+	Pid            int32      `json:"pid"`
+	Version        string     `json:"version"`
+	StartedAt      time.Time  `json:"started_at"`
+	HeartbeatAt    time.Time  `json:"heartbeat_at"`
+	InFlight       int32      `json:"in_flight"`
+	LastClaimAt    *time.Time `json:"last_claim_at"`
+	LastFinalizeAt *time.Time `json:"last_finalize_at"`
+	StoppedAt      *time.Time `json:"stopped_at"`
+}

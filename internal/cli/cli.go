@@ -55,6 +55,8 @@ type app struct {
 	stderr  io.Writer        // options.stderr behind the scrubber
 	table   string           // --table of the command (default outbox)
 	schema  string           // --schema of the command (default none)
+
+	resolvedSchema, resolvedTable string // the outbox table as the database resolved it (checkSchema)
 }
 
 func run(ctx context.Context, args []string, o options) int {

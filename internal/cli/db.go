@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,12 +132,14 @@ func (a *app) queries(dbtx db.DBTX) *db.Queries { return db.New(a.dbtx(dbtx)) }
 // version table), and, where pgoutbox's own version table records the
 // table (migrations.VersionTableFor), every migration this build knows.
 func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := dispatcher.CheckTable(ctx, pool, a.table, a.schema, false); err != nil {
+	schema, table, err := dispatcher.ResolveTable(ctx, pool, a.table, a.schema, false)
+	if err != nil {
 		if errors.Is(err, dispatcher.ErrOutboxTable) {
 			return failf("%s", a.secrets.Scrub(err.Error()))
 		}
 		return a.dbError("checking the schema", err)
 	}
+	a.resolvedSchema, a.resolvedTable = schema, table
 	versionTable := migrations.VersionTableFor(a.table, a.schema)
 	var own bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&own); err != nil {
@@ -145,7 +148,7 @@ func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	if !own {
 		return nil // applied with another goose history: the structure is what counts
 	}
-	err := migrations.CheckIn(ctx, pool, versionTable)
+	err = migrations.CheckIn(ctx, pool, versionTable)
 	if err == nil {
 		return nil
 	}
@@ -234,4 +237,15 @@ func (a *app) grantee() string {
 		return "your_role"
 	}
 	return pgx.Identifier{a.dbUser}.Sanitize()
+}
+
+// defaultSource is the default CloudEvents source of the outbox table
+// (dispatcher.DefaultSource of the table as the database resolved it, after
+// checkSchema): one source per table however --schema and --table name it.
+func (a *app) defaultSource(d *database) string {
+	schema, table := a.resolvedSchema, a.resolvedTable
+	if table == "" { // not checked: as the dispatcher assumes before its start check
+		schema, table = cmp.Or(a.schema, "public"), cmp.Or(a.table, dispatcher.TableDefault)
+	}
+	return dispatcher.DefaultSource(&d.cfg.ConnConfig.Config, schema, table)
 }

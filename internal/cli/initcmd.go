@@ -44,7 +44,8 @@ Two layouts, and init says which one it used:
   - your application's goose folder (--migrations-dir db/migrations, or --dir db
     when db/migrations holds your migrations): numbered after your latest and
     applied by your usual goose command and version table. An sqlc entry of
-    yours that reads that whole folder gains the tables' model types.
+    yours that reads that whole folder gains the tables' model types (NAME,
+    NAME_attempts and NAME_relays).
 The queries go to DIR/queries, or to DIR/NAME/queries when DIR/queries holds
 queries of your own.
 Every copied file starts with a stamp (-- pgoutbox-migration: 00002_outbox_notify.sql)
@@ -492,8 +493,8 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 		fmt.Fprintln(a.stderr, `sqlc.yaml: add the entry printed on stdout as an item under "sql:" (or pass --sqlc-config sqlc.yaml and init adds it).`)
 	}
 	if !ownFolder && !*upgrade {
-		fmt.Fprintf(a.stderr, "note: an sqlc entry of yours whose schema is the folder %s now also sees the tables %s and %s_attempts: its package gains two types, the tables' models %s and %sAttempt (no query, no DBTX method). To keep your package as it is, list your own files in that entry's schema, or use a folder of their own (leave out --migrations-dir).\n",
-			relMig, r.Qualified(), r.Qualified(), r.Camel(), r.Camel())
+		fmt.Fprintf(a.stderr, "note: an sqlc entry of yours whose schema is the folder %s now also sees the tables %s, %s_attempts and %s_relays: its package gains three types, the tables' models %s, %sAttempt and %sRelay (no query, no DBTX method). To keep your package as it is, list your own files in that entry's schema, or use a folder of their own (leave out --migrations-dir).\n",
+			relMig, r.Qualified(), r.Qualified(), r.Qualified(), r.Camel(), r.Camel(), r.Camel())
 	}
 
 	runFlags := "--table " + *table

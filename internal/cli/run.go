@@ -152,7 +152,7 @@ func (a *app) runRelay(ctx context.Context, args []string) error {
 	kafkaTimeout := f.duration("kafka-timeout", kafka.ProduceTimeoutDefault, "kafka: bound on one produce (until acknowledged)")
 
 	stdoutCE := f.Bool("stdout-cloudevents", false, "stdout: add the CloudEvents attributes (\"ce\") to each line")
-	ceSource := f.String("ce-source", "", "CloudEvents source attribute; with the outbox id it forms the idempotency key consumers deduplicate on (default: pgoutbox://HOST:PORT/DATABASE/public.outbox from the database URL; give every relay of one outbox the same value)")
+	ceSource := f.String("ce-source", "", "CloudEvents source attribute; with the outbox id it forms the idempotency key consumers deduplicate on (default: pgoutbox://HOST:PORT/DATABASE/SCHEMA.TABLE, host, port and database from the database URL, schema and table as the database resolves --schema and --table, e.g. .../public.outbox with or without --schema public; give every relay of one outbox the same value)")
 
 	owner := f.String("owner", "", "relay name; each claim writes lease_owner = owner/run-id.claim-number (default: host-pid)")
 	batch := f.int64("batch", dispatcher.BatchDefault, "most messages per claim (1-10000); the claim size adapts between --batch-min and this")
@@ -473,6 +473,9 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 	}
 	if err := a.checkSchema(ctx, pool); err != nil {
 		return err
+	}
+	if rc.disp.Source == "" {
+		rc.disp.Source = a.defaultSource(d)
 	}
 
 	h := &health{}

@@ -149,7 +149,7 @@ func TestRun_HTTPDeliversSignedAndNeverPrintsSecrets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			source := dispatcher.DefaultSource(pc, "", "outbox")
+			source := dispatcher.DefaultSource(pc, "public", "outbox")
 			key := cloudevents.IdempotencyKey(source, strconv.FormatInt(id, 10))
 			if req.path != "/hooks/"+pathToken || req.body != `{"amount": 1}` || req.header.Get("Ce-Source") != source ||
 				req.header.Get("Idempotency-Key") != key || req.header.Get(webhook.HeaderID) != key {
@@ -479,4 +479,110 @@ func TestRun_OrderedClaimOnlyDeliversOrderedMessages(t *testing.T) {
 		}
 	}
 	mustContain(t, r, "stderr", `"claim":"ordered"`)
+}
+
+// The default CloudEvents source, and so the idempotency key consumers
+// deduplicate on, is one per table: relays started with different but
+// equivalent flags (no --schema, --schema public, --table outbox, a
+// search_path in the URL) publish one event under one key,
+// pgoutbox://HOST:PORT/DATABASE/public.outbox.
+func TestRun_DefaultSourceIsTheResolvedTableWhateverTheFlags(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	pc, err := pgconn.ParseConfig(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dispatcher.DefaultSource(pc, "public", "outbox")
+	if !strings.HasSuffix(want, "/public.outbox") {
+		t.Fatalf("DefaultSource = %q, want it to end in /public.outbox", want)
+	}
+	sep := "?"
+	if strings.Contains(d.url, "?") {
+		sep = "&"
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"no flags", d.env(), nil},
+		{"--schema public", d.env(), []string{"--schema", "public"}},
+		{"--table outbox", d.env(), []string{"--table", "outbox"}},
+		{"--schema public --table outbox", d.env(), []string{"--schema", "public", "--table", "outbox"}},
+		{"search_path in the URL", map[string]string{"DATABASE_URL": d.url + sep + "options=-csearch_path%3Dpublic"}, nil},
+	} {
+		id := enqueueCLI(t, d, "--payload", "{}")
+		b := start(t, invocation{env: tc.env}, append([]string{"run", "--publisher", "stdout", "--poll-interval", "50ms"}, tc.args...)...)
+		eventually(t, 30*time.Second, "the message to be done", func() bool { return d.status(t, id) == "done" })
+		r := b.stop(t)
+		wantCode(t, r, ExitOK)
+		mustContain(t, r, "stderr", "source="+want)
+		var line struct {
+			ID             string `json:"id"`
+			IdempotencyKey string `json:"idempotency_key"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &line); err != nil {
+			t.Fatalf("%s: stdout is not one JSON line: %v\n%s", tc.name, err, r)
+		}
+		if key := cloudevents.IdempotencyKey(want, strconv.FormatInt(id, 10)); line.ID != strconv.FormatInt(id, 10) || line.IdempotencyKey != key {
+			t.Errorf("%s: published %+v, want id %d with key %q (source %q)", tc.name, line, id, key, want)
+		}
+	}
+}
+
+// stats lists the relay processes as they record themselves: two `run`
+// commands, two rows (text and --json), each with its owner prefix, host,
+// pid and version; a stopped one says so.
+func TestStats_RelaysAreTheRelayProcesses(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	a := start(t, invocation{env: d.env()}, "run", "--publisher", "discard", "--owner", "relay-a", "--poll-interval", "50ms")
+	b := start(t, invocation{env: d.env()}, "run", "--publisher", "discard", "--owner", "relay-b", "--poll-interval", "50ms")
+	ids := d.enqueue(t, 50, "E", "a", false)
+	eventually(t, 30*time.Second, "both relays recorded and every message done", func() bool {
+		return d.count(t, "status <> 'done'") == 0 && d.count(t, fmt.Sprintf("id = %d AND (SELECT count(*) FROM outbox_relays WHERE stopped_at IS NULL) = 2", ids[0])) == 1
+	})
+	type relay struct {
+		OwnerPrefix string `json:"owner_prefix"`
+		Owner       string `json:"owner"`
+		Host        string `json:"host"`
+		PID         int    `json:"pid"`
+		Version     string `json:"version"`
+		State       string `json:"state"`
+	}
+	readRelays := func() []relay {
+		r := call(t, invocation{env: d.env()}, "stats", "--json")
+		wantCode(t, r, ExitOK)
+		var rep struct {
+			Relays []relay `json:"relays"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("stats --json: %v\n%s", err, r)
+		}
+		return rep.Relays
+	}
+	got := readRelays()
+	if len(got) != 2 {
+		t.Fatalf("stats --json lists %d relays, want 2: %+v", len(got), got)
+	}
+	for _, r := range got {
+		if !strings.HasPrefix(r.OwnerPrefix, r.Owner+"/") || (r.Owner != "relay-a" && r.Owner != "relay-b") || r.Host == "" || r.PID == 0 || r.Version == "" || r.State != "running" {
+			t.Errorf("relay %+v: want relay-a or relay-b, its prefix, host, pid, version, running", r)
+		}
+	}
+	r := call(t, invocation{env: d.env()}, "stats")
+	wantCode(t, r, ExitOK)
+	for _, want := range []string{"relays (each relay's own record", got[0].OwnerPrefix, got[1].OwnerPrefix} {
+		mustContain(t, r, "stdout", want)
+	}
+	wantCode(t, b.stop(t), ExitOK)
+	states := map[string]string{}
+	for _, r := range readRelays() {
+		states[r.Owner] = r.State
+	}
+	if states["relay-a"] != "running" || states["relay-b"] != "stopped" {
+		t.Errorf("after relay-b stopped: %v, want relay-a running, relay-b stopped", states)
+	}
+	wantCode(t, a.stop(t), ExitOK)
 }

@@ -32,6 +32,7 @@ type statsReport struct {
 	CommitWaits         commitWaits        `json:"ordered_commit_waits"`
 	Horizon             horizonReport      `json:"horizon"`
 	Moved               movedRows          `json:"moved_rows"`
+	Relays              []dispatcher.Relay `json:"relays"`
 }
 
 // movedRows is OutboxPortability: what rows brought from another server
@@ -234,6 +235,12 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 		return nil, err
 	}
 	rep.Moved = movedRows{Unsequenced: mv.Unsequenced, ForeignTxids: mv.ForeignTxids, SequencesBehind: mv.SequencesBehind}
+	if rep.Relays, err = dispatcher.ReadRelays(qctx, q, 100); err != nil {
+		return nil, err
+	}
+	if rep.Relays == nil {
+		rep.Relays = []dispatcher.Relay{}
+	}
 	return rep, nil
 }
 
@@ -298,6 +305,7 @@ func renderStats(w io.Writer, r *statsReport) {
 	fmt.Fprintf(tw, "  longest wait:\t%s\n", humanAge(r.CommitWaits.LongestWaitSeconds))
 	_ = tw.Flush()
 
+	renderRelays(w, r.Relays)
 	renderHorizon(w, r.Horizon)
 	if m := r.Moved; m.Unsequenced > 0 || m.ForeignTxids > 0 || m.SequencesBehind > 0 {
 		fmt.Fprint(w, "\nrows from another server (a running relay repairs them; or run `pgoutbox repair`)\n")
@@ -345,4 +353,27 @@ func renderHorizon(w io.Writer, h horizonReport) {
 		vacuumed = "last vacuumed " + humanAge(h.VacuumedSecondsAgo) + " ago"
 	}
 	fmt.Fprintf(w, "  outbox table: %d dead row versions, %d live (statistics, approximate); %s\n", h.DeadTuples, h.LiveTuples, vacuumed)
+}
+
+// renderRelays writes the relays as they record themselves (outbox_relays):
+// one line per relay process.
+func renderRelays(w io.Writer, relays []dispatcher.Relay) {
+	fmt.Fprint(w, "\nrelays (each relay's own record, every few seconds; stopped and silent ones for an hour)\n")
+	if len(relays) == 0 {
+		fmt.Fprint(w, "  none recorded in the last hour\n")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  OWNER PREFIX\tSTATE\tHOST\tPID\tVERSION\tIN FLIGHT\tLEASES\tLAST CLAIM\tLAST FINALIZE\tHEARTBEAT")
+	ago := func(s float64) string {
+		if s < 0 {
+			return "never"
+		}
+		return humanAge(s) + " ago"
+	}
+	for _, r := range relays {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", cell(r.OwnerPrefix, 60), r.State, cell(r.Host, 30), r.PID,
+			cell(r.Version, 40), r.InFlight, r.Leases, ago(r.LastClaimAgeSeconds), ago(r.LastFinalizeAgeSeconds), ago(r.HeartbeatAgeSeconds))
+	}
+	_ = tw.Flush()
 }

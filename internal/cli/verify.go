@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/pgoutbox/pgoutbox/db"
-	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
 const verifyAbout = `Compares what a consumer received with the outbox, and reports per aggregate what
@@ -320,7 +319,7 @@ func (a *app) verify(ctx context.Context, args []string) error {
 	defer pool.Close()
 	src := *source
 	if src == "" {
-		src = dispatcher.DefaultSource(&d.cfg.ConnConfig.Config, a.schema, cmp.Or(a.table, dispatcher.TableDefault))
+		src = a.defaultSource(d)
 	}
 	var rcv *received
 	switch {

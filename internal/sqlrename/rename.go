@@ -81,7 +81,7 @@ func derived(w string) bool {
 // OutboxTables are the tables of the outbox's migrations: the outbox and
 // the tables beside it, named after it. With a schema, code that names one
 // of them is qualified, as it is for the outbox itself.
-var OutboxTables = []string{"outbox", "outbox_attempts"}
+var OutboxTables = []string{"outbox", "outbox_attempts", "outbox_relays"}
 
 // isOutboxTable reports whether w names one of OutboxTables.
 func isOutboxTable(w string) bool {
@@ -375,7 +375,7 @@ func (r Rename) SQL(src string) (string, []string) {
 		if ctx.beforeDot && !ctx.searched {
 			return out
 		}
-		if strings.EqualFold(w, "outbox") || ctx.searched || isOutboxTable(w) ||
+		if ctx.searched || isOutboxTable(w) ||
 			(ctx.beforeParen && strings.HasPrefix(strings.ToLower(w), "outbox_")) {
 			return r.schema + "." + out
 		}
