@@ -50,13 +50,25 @@ func crashBackend(t *testing.T, url string) {
 	}
 }
 
+// xmax is the server's next txid. Right after crashBackend the postmaster
+// may only now notice the crash and reset every connection (crashBackend
+// can see the server up before that), so a failed read is retried for a
+// while.
 func xmax(t *testing.T, pool *pgxpool.Pool) int64 {
 	t.Helper()
 	var x int64
-	if err := pool.QueryRow(context.Background(), "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").Scan(&x); err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := pool.QueryRow(context.Background(), "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").Scan(&x)
+		if err == nil {
+			return x
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		pool.Reset()
+		time.Sleep(100 * time.Millisecond)
 	}
-	return x
 }
 
 // burnXids commits n transactions that each take a txid.
