@@ -268,8 +268,7 @@ func Check(h History) *Result {
 				r.Lost++
 				r.fail("done-not-delivered", "id %d is done but the receiver never accepted it", row.ID)
 			}
-			switch row.Fate {
-			case FatePerm, FateExhaust, FatePoison, FateBomb:
+			if diesByFate(row.Fate) {
 				r.fail("dead-expected", "id %d (fate %s) is done, expected dead", row.ID, row.Fate)
 			}
 		case "dead":

@@ -126,11 +126,25 @@ func (f *outageFigures) measure(h History, r *Result) {
 		}
 	}
 	for _, row := range h.Rows {
-		if row.Status == "dead" && isUnavailableError(row.LastError) {
+		// A message whose fate is to die (exhaust: 500 until its attempts
+		// run out, at exactly MaxAttempts, which the main checks hold it
+		// to) may have its last attempt time out on a busy machine while
+		// other publishes get through: the relay counts that against the
+		// message, and it dies of its fate, not of the outage.
+		if row.Status == "dead" && isUnavailableError(row.LastError) && !diesByFate(row.Fate) {
 			f.deadByOutage++
 			r.fail("dead-by-outage", "id %d (fate %s) is dead because the receiver was unavailable: %s", row.ID, row.Fate, row.LastError)
 		}
 	}
+}
+
+// diesByFate reports a fate that ends dead whatever the receiver's health.
+func diesByFate(fate string) bool {
+	switch fate {
+	case FatePerm, FateExhaust, FatePoison, FateBomb:
+		return true
+	}
+	return false
 }
 
 // isUnavailableError reports a last_error that says the receiver could not

@@ -47,6 +47,7 @@ func TestOutageFigures_Measure(t *testing.T) {
 			{ID: 1, Status: "done"}, {ID: 2, Status: "done"},
 			{ID: 3, Status: "dead", Fate: FateOK, LastError: "retries exhausted after 6 attempts: unavailable: webhook: post to 127.0.0.1:1: dial tcp: connect: connection refused"},
 			{ID: 4, Status: "dead", Fate: FateExhaust, LastError: "retries exhausted after 6 attempts: retryable: webhook: receiver answered 500 Internal Server Error"},
+			{ID: 5, Status: "dead", Fate: FateExhaust, LastError: "retries exhausted after 6 attempts: publish timed out after 1s: unavailable: webhook: post to 127.0.0.1:1: context deadline exceeded"},
 		},
 	}
 	r := &Result{}
