@@ -46,6 +46,7 @@ type Dispatcher struct {
 	epoch            time.Time     // monotonic base of hotUntil
 	hotUntil         atomic.Int64  // end of the wake window, as time since epoch
 	wakes            atomic.Int64  // wakeUp calls (claimturn.go)
+	busy             busyState     // producers' NOTIFY skip while this relay claims (busy.go)
 	firstIdle        chan struct{} // closed when the claim loop first finds nothing to claim (stats.go)
 	idleOnce         sync.Once
 	stopping         atomic.Bool   // Run's context ended: start nothing new
@@ -128,6 +129,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency) + cfg.Batch, // claimRoom: plus one claim being finalized
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
+		busy:        newBusyState(),
 		firstIdle:   make(chan struct{}),
 		epoch:       time.Now(),
 	}
@@ -297,6 +299,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 	defer poll.Stop()
 	for ctx.Err() == nil {
 		if d.breaker.holding() {
+			d.busy.waiting(ctx) // not claiming: producers wake the other relays
 			d.awaitBreaker(ctx, jobs, rel)
 			continue
 		}
@@ -329,6 +332,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		}
 		dbFailures = 0
 		if claimed > 0 || again {
+			d.busy.claiming()
 			continue
 		}
 		// Idle: wait for a NOTIFY, the poll interval, or shutdown. Inside a
@@ -349,6 +353,12 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 			}
 		}
 		if !inWindow {
+			// Producers skipped their NOTIFY while this relay was busy:
+			// give the busy lock up, let their commits finish, and claim
+			// once more before waiting for a notification.
+			if d.busy.waiting(ctx) {
+				continue
+			}
 			d.metrics.idleWaits.Add(1)
 		}
 		d.idleOnce.Do(func() { close(d.firstIdle) })

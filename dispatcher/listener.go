@@ -67,27 +67,66 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	bc := &busyConn{q: d.listenQueries(conn)}
+	lctx, cancel = context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	err = bc.q.OutboxWakeLockTimeout(lctx, busyBarrierTimeout.String())
+	cancel()
+	if err != nil {
+		return err
+	}
+	d.busy.listening.Store(true)
+	defer d.busy.listening.Store(false)
 	d.log.Debug("listening", slog.String("channel", d.cfg.Channel))
 	d.notified()
 	// Counted after the wake-up is armed: whoever sees Stats().Listens move
 	// knows LISTEN is registered and the claimer has been asked to claim.
 	d.metrics.listens.Add(1)
 	for {
+		// The claimer's wish first: busy (producers skip their NOTIFY) or
+		// idle (busy.go).
+		if err := d.syncBusy(ctx, bc); err != nil {
+			return err
+		}
 		// Wait at most ListenPing for a notification, then check that the
 		// server still answers: a connection that silently stopped
 		// forwarding would otherwise wait here for ever while the claimer
 		// believes NOTIFY still works. A timed-out wait leaves the
-		// connection usable (pgconn closes it only on other errors).
-		wctx, cancel := context.WithTimeout(ctx, d.cfg.ListenPing)
+		// connection usable (pgconn closes it only on other errors). A new
+		// wish of the claimer ends the wait early; so does a busy lock not
+		// taken (a producer was checking it at that instant), to try again.
+		wait := d.cfg.ListenPing
+		if d.busy.want.Load() && !bc.held {
+			wait = min(wait, 5*time.Millisecond)
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		poked := make(chan struct{})
+		go func() {
+			defer close(poked)
+			select {
+			case <-d.busy.poke:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
 		_, err := conn.WaitForNotification(wctx)
 		cancel()
+		<-poked
 		if err == nil {
 			d.metrics.notifications.Add(1)
 			d.notified()
 			continue
 		}
-		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed() {
+		if ctx.Err() != nil || conn.IsClosed() {
 			return err
+		}
+		if errors.Is(err, context.Canceled) {
+			continue // a wish of the claimer's
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		if wait < d.cfg.ListenPing {
+			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
 		err = conn.Ping(pctx)

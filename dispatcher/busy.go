@@ -1,0 +1,154 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/pgoutbox/db"
+)
+
+// busyBarrierTimeout bounds the wait of OutboxWakeBarrier (the listen
+// connection's lock_timeout): a producer under SET CONSTRAINTS ALL
+// IMMEDIATE, or a prepared transaction, holds the in-flight lock for as long
+// as it stays open. After a timeout the claimer waits as if the barrier had
+// passed; what such a producer commits later is claimed on the next poll.
+const busyBarrierTimeout = time.Second
+
+// busyAckTimeout bounds how long the claimer waits for the listener to give
+// the busy lock up before it waits for a notification anyway (the listener
+// may be reconnecting).
+const busyAckTimeout = 2 * time.Second
+
+// busyState is the relay's side of the producers' NOTIFY skip (migration
+// 00013, queries/wake.sql). While the claimer claims without waiting for a
+// wake-up, the listener holds the busy lock on its connection and
+// producers' COMMITs send no NOTIFY; before the claimer waits outside a
+// wake window, the listener gives the lock up and passes the barrier (every
+// COMMIT that skipped its NOTIFY has finished), and the claimer claims once
+// more. The claimer says what it wants (want, poke); the listener, which
+// owns the connection, does it and acknowledges the idle side (idle).
+type busyState struct {
+	want      atomic.Bool   // the claimer's wish: busy
+	asked     atomic.Bool   // the claimer waits for idle to be acknowledged
+	listening atomic.Bool   // the listener is connected and serving wishes
+	poke      chan struct{} // cap 1: want changed
+	idle      chan struct{} // cap 1: the lock is given up and the barrier passed
+}
+
+func newBusyState() busyState {
+	return busyState{poke: make(chan struct{}, 1), idle: make(chan struct{}, 1)}
+}
+
+func (b *busyState) signal() {
+	select {
+	case b.poke <- struct{}{}:
+	default:
+	}
+}
+
+// claiming is called by the claimer after a round that will be followed by
+// another at once: producers need not wake it.
+func (b *busyState) claiming() {
+	if b.listening.Load() && !b.want.Load() {
+		b.want.Store(true)
+		b.signal()
+	}
+}
+
+// waiting is called by the claimer before it waits outside a wake window.
+// It reports whether the claimer must claim once more first: the listener
+// gave the busy lock up and passed the barrier, so commits that skipped
+// their NOTIFY are visible now. It returns false at once when the claimer
+// was not busy.
+func (b *busyState) waiting(ctx context.Context) bool {
+	if !b.want.Load() {
+		return false
+	}
+	select { // a stale acknowledgement
+	case <-b.idle:
+	default:
+	}
+	b.want.Store(false)
+	if !b.listening.Load() {
+		return false
+	}
+	b.asked.Store(true)
+	b.signal()
+	t := time.NewTimer(busyAckTimeout)
+	defer t.Stop()
+	select {
+	case <-b.idle:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// busyConn is the listener's side: the lock's state on its connection.
+type busyConn struct {
+	q    *db.Queries
+	held bool
+}
+
+// listenQueries are package db's queries on the listen connection, renamed
+// for Config.Table and Config.Schema.
+func (d *Dispatcher) listenQueries(conn *pgx.Conn) *db.Queries {
+	if d.plans.rename == nil {
+		return db.New(conn)
+	}
+	return db.New(renamedDBTX{dbtx: conn, n: d.plans.rename})
+}
+
+// syncBusy makes the connection's busy lock what the claimer wants. An
+// error is the connection's: the caller reconnects (the server releases
+// the lock with the connection).
+func (d *Dispatcher) syncBusy(ctx context.Context, bc *busyConn) error {
+	want := d.busy.want.Load()
+	switch {
+	case want && !bc.held:
+		cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+		ok, err := bc.q.OutboxWakeBusy(cctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		bc.held = ok // not taken: producers notify; tried again on the next wish or wait
+	case !want:
+		if bc.held {
+			cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+			_, err := bc.q.OutboxWakeIdle(cctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			bc.held = false
+		}
+		if !d.busy.asked.Swap(false) {
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+		err := bc.q.OutboxWakeBarrier(cctx)
+		cancel()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: busyBarrierTimeout
+			d.log.Debug("producers' commits in flight outlasted the barrier; the next poll claims them", slog.Any("error", err))
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case d.busy.idle <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
