@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,10 @@ import (
 // commit record is flushed, so they cannot share a WAL flush: at best one
 // commit per flush. Measured as one session committing plain INSERTs (each
 // waits for its own flush).
+//
+// Batch producers: the same sessions, each transaction one COPY of N events
+// (producers_copy.go), into the plain table and through the library's
+// dispatcher.EnqueueMany, per event against the plain COPY.
 
 const (
 	producerClients       = 8
@@ -38,19 +43,37 @@ const (
 
 // producerCase is one measured producer workload.
 type producerCase struct {
-	Name     string // plain, unordered, ordered, ordered-hot, flush-bound
+	Name     string // plain, unordered, ordered, ordered-hot, flush-bound; copy-plain, copy-unordered, copy-ordered
 	Schema   string // after (this build), before (migration 00009); "" for the plain table
 	Rounds   []float64
 	WALs     []float64
 	TxPerSec float64 // median of Rounds
 	WALPerTx float64 // median of WALs
+
+	// PerTx is the events per transaction: 1 for the one-INSERT cases
+	// (0 in results from before the COPY cases), N for the COPY cases.
+	PerTx        int
+	EventsPerSec float64 // TxPerSec × events per transaction
+	WALPerEvent  float64 // WALPerTx / events per transaction
 }
 
 func (c producerCase) label() string {
-	if c.Schema == "" {
-		return c.Name
+	l := c.Name
+	if c.Schema != "" {
+		l += "/" + c.Schema
 	}
-	return c.Name + "/" + c.Schema
+	if c.PerTx > 1 {
+		l += " ×" + strconv.Itoa(c.PerTx)
+	}
+	return l
+}
+
+// events is the events per transaction (1 for the one-INSERT cases).
+func (c producerCase) events() int { return max(c.PerTx, 1) }
+
+// ordered reports whether the case writes ordered events.
+func (c producerCase) ordered() bool {
+	return c.Name != "unordered" && c.Name != "copy-unordered"
 }
 
 // runProducers is item 4b. Rounds are interleaved (every case once per
@@ -82,33 +105,44 @@ func runProducers(ctx context.Context, e *env) error {
 		return err
 	}
 	cases := []*producerCase{
-		{Name: "plain"},
-		{Name: "unordered", Schema: "before"}, {Name: "unordered", Schema: "after"},
-		{Name: "ordered", Schema: "before"}, {Name: "ordered", Schema: "after"},
-		{Name: "ordered-hot", Schema: "before"}, {Name: "ordered-hot", Schema: "after"},
-		{Name: "flush-bound"},
+		{Name: "plain", PerTx: 1},
+		{Name: "unordered", Schema: "before", PerTx: 1}, {Name: "unordered", Schema: "after", PerTx: 1},
+		{Name: "ordered", Schema: "before", PerTx: 1}, {Name: "ordered", Schema: "after", PerTx: 1},
+		{Name: "ordered-hot", Schema: "before", PerTx: 1}, {Name: "ordered-hot", Schema: "after", PerTx: 1},
+		{Name: "flush-bound", PerTx: 1},
 	}
+	cases = append(cases, producerCopyCases()...) // producers_copy.go
 	for round := 0; round < e.o.rounds; round++ {
 		for _, c := range cases {
 			pool := after
 			if c.Schema == "before" {
 				pool = before
 			}
-			rate, wal, err := produceRound(ctx, pool, c.Name, dur)
+			var rate, wal float64
+			if strings.HasPrefix(c.Name, "copy-") {
+				rate, wal, err = copyRound(ctx, pool, c.Name, c.PerTx, dur)
+			} else {
+				rate, wal, err = produceRound(ctx, pool, c.Name, dur)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.label(), err)
 			}
 			if c.Schema != "" {
-				if err := checkSequenced(ctx, pool, c.Name != "unordered", c.Schema == "after"); err != nil {
+				if err := checkSequenced(ctx, pool, c.ordered(), c.Schema == "after"); err != nil {
 					return fmt.Errorf("%s: %w", c.label(), err)
 				}
 			}
 			c.Rounds, c.WALs = append(c.Rounds, rate), append(c.WALs, wal)
-			logf("producers: round %d %-18s %6.0f tx/s, %4.0f B WAL/tx", round+1, c.label(), rate, wal)
+			if c.PerTx > 1 {
+				logf("producers: round %d %-29s %5.0f tx/s = %7.0f events/s, %4.0f B WAL/event", round+1, c.label(), rate, rate*float64(c.PerTx), wal/float64(c.PerTx))
+			} else {
+				logf("producers: round %d %-18s %6.0f tx/s, %4.0f B WAL/tx", round+1, c.label(), rate, wal)
+			}
 		}
 	}
 	for _, c := range cases {
 		c.TxPerSec, c.WALPerTx = median(c.Rounds), median(c.WALs)
+		c.EventsPerSec, c.WALPerEvent = c.TxPerSec*float64(c.events()), c.WALPerTx/float64(c.events())
 		e.res.Producers = append(e.res.Producers, *c)
 	}
 	e.res.ProducerClients = producerClients
@@ -159,6 +193,27 @@ func produceRound(ctx context.Context, pool *pgxpool.Pool, kind string, dur time
 		table, clients = "bench_plain", 1
 		insert = `INSERT INTO bench_plain (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', $1, 'benchmark', $2)`
 	}
+	return walRound(ctx, pool, table, clients, dur, func(ctx context.Context, p, i int) error {
+		agg := "p" + strconv.Itoa(p) + "-" + strconv.Itoa(i%100)
+		if kind == "ordered-hot" {
+			agg = "hot"
+		}
+		payload := `{"num":` + strconv.Itoa(i) + `}`
+		var err error
+		if table == "outbox" {
+			_, err = pool.Exec(ctx, insert, agg, payload, kind != "unordered")
+		} else {
+			_, err = pool.Exec(ctx, insert, agg, payload)
+		}
+		return err
+	})
+}
+
+// walRound empties table, checkpoints, and runs clients sessions for dur,
+// each calling tx(ctx, session, i) for its i-th transaction until the
+// deadline: committed transactions per second and WAL bytes per
+// transaction (pg_current_wal_lsn around the round).
+func walRound(ctx context.Context, pool *pgxpool.Pool, table string, clients int, dur time.Duration, tx func(ctx context.Context, p, i int) error) (float64, float64, error) {
 	for _, sql := range []string{"TRUNCATE " + table + " RESTART IDENTITY", "VACUUM ANALYZE " + table, "CHECKPOINT"} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			return 0, 0, err
@@ -181,18 +236,7 @@ func produceRound(ctx context.Context, pool *pgxpool.Pool, kind string, dur time
 		go func() {
 			defer wg.Done()
 			for i := 0; time.Now().Before(deadline); i++ {
-				agg := "p" + strconv.Itoa(p) + "-" + strconv.Itoa(i%100)
-				if kind == "ordered-hot" {
-					agg = "hot"
-				}
-				payload := `{"num":` + strconv.Itoa(i) + `}`
-				var err error
-				if table == "outbox" {
-					_, err = pool.Exec(rctx, insert, agg, payload, kind != "unordered")
-				} else {
-					_, err = pool.Exec(rctx, insert, agg, payload)
-				}
-				if err != nil {
+				if err := tx(rctx, p, i); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return
 				}

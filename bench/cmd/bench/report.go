@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -325,6 +326,10 @@ func writeReport(out string, r *results) error {
 		p("")
 		p("%d sessions, each transaction one `INSERT` (autocommit), as fast as they go, %.0f s per case and round; rounds interleaved, median of %d shown. *Plain*: the same values into a table with only a primary key (`bench_plain`: id, aggregate_type, aggregate_id, event_type, payload, created_at). *Before*: the outbox as migration 00009 left it (the same database migrated up and back down to 00009, in a database of its own); *after*: this build's. *Distinct aggregates*: each session writes its own 100 aggregates; *one hot aggregate*: every session writes the same one. WAL: `pg_current_wal_lsn()` around the round, after a `CHECKPOINT`, per committed transaction. Every ordered row was checked to be sequenced, and after, to name its aggregate's previous row as `prev_seq`.", r.ProducerClients, r.ProducerSeconds, len(r.Producers[0].Rounds))
 		p("")
+		if r.hasProducerCopy() {
+			p("*COPY*: the same sessions, each transaction (`BEGIN`, one `COPY`, `COMMIT`) writes N events, in the same interleaved rounds. *Plain COPY*: pgx `CopyFrom` into `bench_plain`; *outbox*: `dispatcher.EnqueueMany`, which validates every event and writes them with one `COPY` (its build and validation run on the same machine and count). *Ordered*: every event of a transaction its own aggregate (each session reuses its own N aggregates, so each COMMIT sequences N aggregates). Figures per event: events/s, WAL per event, and the ratio to the plain COPY of the same size.")
+			p("")
+		}
 		for _, l := range producerTable(r) {
 			p("%s", l)
 		}
@@ -488,6 +493,74 @@ func producerTable(r *results) []string {
 	if a := find("ordered-hot", "after"); a != nil && bound != nil {
 		p("")
 		p("The hot aggregate's bound: its producers' COMMITs take the aggregate's lock one at a time, and each releases it only once its commit record is flushed, so they cannot share a WAL flush — at most one commit per flush. One session committing plain inserts, each waiting for its own flush, measured %s tx/s in this run: the hot aggregate reached %.0f%% of it.", kfmt(bound.TxPerSec), 100*a.TxPerSec/bound.TxPerSec)
+	}
+	if copyRows := producerCopyTable(r); len(copyRows) > 0 {
+		p("")
+		out = append(out, copyRows...)
+	}
+	return out
+}
+
+// hasProducerCopy reports whether item 4b measured COPY cases.
+func (r *results) hasProducerCopy() bool {
+	for _, c := range r.Producers {
+		if strings.HasPrefix(c.Name, "copy-") {
+			return true
+		}
+	}
+	return false
+}
+
+// producerCopyTable is item 4b's COPY table: per size, the plain COPY and
+// the outbox's EnqueueMany, per event. Cases a run did not measure (a
+// schema, a size) are left out or shown as "—".
+func producerCopyTable(r *results) []string {
+	var out []string
+	p := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	find := func(name, schema string, n int) *producerCase {
+		for i := range r.Producers {
+			if c := &r.Producers[i]; c.Name == name && c.Schema == schema && c.PerTx == n {
+				return c
+			}
+		}
+		return nil
+	}
+	var sizes []int
+	for _, c := range r.Producers {
+		if c.Name == "copy-plain" && !slices.Contains(sizes, c.PerTx) {
+			sizes = append(sizes, c.PerTx)
+		}
+	}
+	if len(sizes) == 0 {
+		return nil
+	}
+	rounds := func(c *producerCase) string {
+		var s []string
+		for _, x := range c.Rounds {
+			s = append(s, kfmt(x*float64(c.events())))
+		}
+		return strings.Join(s, ", ")
+	}
+	p("| COPY, one per transaction | events/s before | events/s after | vs plain COPY, before → after | WAL per event, before → after | rounds after (events/s) |")
+	p("| --- | --- | --- | --- | --- | --- |")
+	names := map[string]string{"copy-unordered": "outbox (`EnqueueMany`), unordered", "copy-ordered": "outbox (`EnqueueMany`), ordered, distinct aggregates"}
+	for _, n := range sizes {
+		plain := find("copy-plain", "", n)
+		label := fmt.Sprintf("COPY, %s events per transaction", kfmt(float64(n)))
+		p("| %s: plain table, primary key only | %s | %s | 1× | %.0f B | %s |", label, kfmt(plain.EventsPerSec), kfmt(plain.EventsPerSec), plain.WALPerEvent, rounds(plain))
+		for _, name := range []string{"copy-unordered", "copy-ordered"} {
+			b, a := find(name, "before", n), find(name, "after", n)
+			if a == nil {
+				continue
+			}
+			bRate, bRatio, bWAL, bWALRatio := "—", "—", "—", "—"
+			if b != nil {
+				bRate, bRatio = kfmt(b.EventsPerSec), fmt.Sprintf("%.2f×", b.EventsPerSec/plain.EventsPerSec)
+				bWAL, bWALRatio = fmt.Sprintf("%.0f", b.WALPerEvent), fmt.Sprintf("%.2f×", b.WALPerEvent/plain.WALPerEvent)
+			}
+			p("| %s: %s | %s | %s | %s → %.2f× | %s → %.0f B (%s → %.2f×) | %s |", label, names[name], bRate, kfmt(a.EventsPerSec),
+				bRatio, a.EventsPerSec/plain.EventsPerSec, bWAL, a.WALPerEvent, bWALRatio, a.WALPerEvent/plain.WALPerEvent, rounds(a))
+		}
 	}
 	return out
 }
