@@ -20,6 +20,10 @@ import (
 // passed; what such a producer commits later is claimed on the next poll.
 const busyBarrierTimeout = time.Second
 
+// busyRoomWait is how long the claimer waits for room in flight before it
+// stops saying it is busy (busyState.pausing).
+const busyRoomWait = 50 * time.Millisecond
+
 // busyAckTimeout bounds how long the claimer waits for the listener to give
 // the busy lock up before it waits for a notification anyway (the listener
 // may be reconnecting).
@@ -61,6 +65,17 @@ func (b *busyState) claiming() {
 	}
 }
 
+// pausing is called by the claimer when it waits for room in flight longer
+// than an instant: it will not claim until publishes finish, so producers
+// wake the other relays meanwhile. No barrier: this relay claims again
+// when it has room, notified or not.
+func (b *busyState) pausing() {
+	if b.want.Load() {
+		b.want.Store(false)
+		b.signal()
+	}
+}
+
 // waiting is called by the claimer before it waits outside a wake window.
 // It reports whether the claimer must claim once more first: the listener
 // gave the busy lock up and passed the barrier, so commits that skipped
@@ -94,8 +109,17 @@ func (b *busyState) waiting(ctx context.Context) bool {
 
 // busyConn is the listener's side: the lock's state on its connection.
 type busyConn struct {
-	q    *db.Queries
-	held bool
+	q      *db.Queries
+	held   bool
+	misses int // OutboxWakeBusy calls in a row that did not take the lock
+}
+
+// retry is how long the listener waits before it tries the busy lock
+// again: 5 ms after the first miss (a producer's COMMIT checks it for an
+// instant), doubling up to a second (a session of some other application
+// holding the pair).
+func (bc *busyConn) retry() time.Duration {
+	return min(5*time.Millisecond<<min(bc.misses, 8), time.Second)
 }
 
 // listenQueries are package db's queries on the listen connection, renamed
@@ -120,7 +144,12 @@ func (d *Dispatcher) syncBusy(ctx context.Context, bc *busyConn) error {
 		if err != nil {
 			return err
 		}
-		bc.held = ok // not taken: producers notify; tried again on the next wish or wait
+		bc.held = ok // not taken: producers notify; tried again after bc.retry()
+		if ok {
+			bc.misses = 0
+		} else {
+			bc.misses++
+		}
 	case !want:
 		if bc.held {
 			cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)

@@ -309,6 +309,12 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 			select {
 			case <-d.freed:
 			case <-ctx.Done():
+			case <-time.After(busyRoomWait):
+				d.busy.pausing() // full for a while: producers wake the other relays
+				select {
+				case <-d.freed:
+				case <-ctx.Done():
+				}
 			}
 			continue
 		}

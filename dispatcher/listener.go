@@ -74,8 +74,13 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.busy.listening.Store(true)
-	defer d.busy.listening.Store(false)
+	// Only a relay that claims both kinds says it is busy: one that claims
+	// only ordered (or only unordered) messages must not keep producers of
+	// the other kind from waking the relays that claim it.
+	if d.cfg.Claim == ClaimAll {
+		d.busy.listening.Store(true)
+		defer d.busy.listening.Store(false)
+	}
 	d.log.Debug("listening", slog.String("channel", d.cfg.Channel))
 	d.notified()
 	// Counted after the wake-up is armed: whoever sees Stats().Listens move
@@ -95,8 +100,8 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		// wish of the claimer ends the wait early; so does a busy lock not
 		// taken (a producer was checking it at that instant), to try again.
 		wait := d.cfg.ListenPing
-		if d.busy.want.Load() && !bc.held {
-			wait = min(wait, 5*time.Millisecond)
+		if d.busy.want.Load() && !bc.held && d.busy.listening.Load() {
+			wait = min(wait, bc.retry())
 		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		poked := make(chan struct{})
