@@ -882,8 +882,18 @@ WITH unordered AS (
     SELECT count(*) AS n
       FROM (SELECT 1 FROM outbox WHERE status = 'pending' AND NOT ordered LIMIT $1::integer) AS p
 ), unordered_oldest AS (
-    SELECT min(p.created_at) AS oldest
-      FROM (SELECT created_at FROM outbox WHERE status = 'pending' AND NOT ordered ORDER BY id LIMIT $2::integer) AS p
+    SELECT least((SELECT min(p.created_at)
+                    FROM (SELECT created_at
+                            FROM outbox
+                           WHERE status = 'pending' AND NOT ordered
+                           ORDER BY txid, id
+                           LIMIT $2::integer) AS p),
+                 (SELECT min(d.created_at)
+                    FROM (SELECT created_at
+                            FROM outbox
+                           WHERE status = 'pending' AND NOT ordered AND available_at > created_at
+                           ORDER BY available_at, id
+                           LIMIT $2::integer) AS d)) AS oldest
 ), ordered AS (
     SELECT count(*) AS n, min(p.created_at) AS oldest
       FROM (SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL LIMIT $1::integer) AS p
@@ -940,17 +950,24 @@ type OutboxConsoleStatusCountsRow struct {
 // which the page estimates the done rows. All times on the database clock.
 // The oldest age is the figure of OutboxOldestPendingAge, read with bounded
 // work and from the scans the counts make anyway: unordered pending rows are
-// taken as the @lowest_ids lowest ids of outbox_pending (ids follow
-// insertion order, so the oldest is among them unless a producer's
-// transaction stayed open while @lowest_ids newer rows were inserted);
+// taken as the first @lowest_ids entries of outbox_pending_txid in (txid, id)
+// order (a transaction gets its txid when it first writes, and created_at
+// is when it began, so the oldest is among them unless a producer's
+// transaction stayed open while @lowest_ids newer rows were inserted) and
+// the first @lowest_ids entries of outbox_pending_due in (available_at, id)
+// order: a message made pending again (a retry, a defer, a redrive) carries
+// a new txid but keeps its created_at, and its available_at lies after its
+// created_at, so it is in that index (with more than @lowest_ids messages in
+// backoff or scheduled for later, an older one among the rest is missed);
 // ordered pending rows are counted and aged in one pass over
 // outbox_ordered_head alone (status and created_at are INCLUDE columns,
 // 00006; an unsequenced ordered row is uncommitted and invisible anyway),
 // so above @cap of them the age is that of the oldest among the first @cap
 // in (aggregate_id, seq) order; processing rows in one pass over
 // outbox_leased and their table rows (bounded by what relays hold).
-// Indexes: outbox_pending_txid (pending unordered, count, index only),
-// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
+// Indexes: outbox_pending_txid (pending unordered: the count, index only,
+// and the first entries), outbox_pending_due (its first entries),
+// outbox_ordered_head, outbox_leased,
 // outbox_dead (dead, count, index only), outbox_skipped (skipped, count,
 // at most @cap entries; 00012), outbox_done_at (done, count, at
 // most @cap entries, index only where the visibility map allows).

@@ -54,7 +54,11 @@ type Querier interface {
 	// Attempts count here, at claim time, so a message that crashes every worker
 	// still reaches max attempts (see OutboxReap).
 	// OutboxClaim claims up to @batch unordered messages: pending rows whose
-	// available_at has come, first-come by id.
+	// available_at has come, first-come in (txid, id) order: oldest transaction
+	// first, insertion order within one. txid is the transaction that inserted
+	// the row or last made it claimable (a retry, a defer, a hand-back, a
+	// redrive: migration 00005), so a message made pending again queues behind
+	// the rows that were already waiting.
 	// Expired leases (processing past lease_until with attempts left) are
 	// re-claimable too, but in isolation: when one exists, the claim
 	// returns that single row and nothing else, so a poison message that kills
@@ -68,23 +72,25 @@ type Querier interface {
 	// queries/isolate.sql). Passing true claims both
 	// kinds, for callers that run this query on their own.
 	// Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
-	// Ordering: expired lease (oldest lease_until) alone, else pending by id.
-	// Indexes: outbox_leased for the expired branch, outbox_pending (partial:
-	// pending only) for the ready branch, so the cost does not grow with retained
-	// done/dead rows. The ready branch sorts by (id, available_at), which is the
-	// same order as by id alone (id is unique) but one that only outbox_pending
-	// delivers: with plain ORDER BY id the planner may walk the primary key
-	// instead whenever its statistics say most rows are pending (a backlog, or
-	// right after ANALYZE), and that walk filters every done row below the
-	// first pending one (measured: 47 ms instead of 10 ms per claim of 500 in
-	// the middle of a 100,000 backlog; see BENCHMARKS.md).
+	// Ordering: expired lease (oldest lease_until) alone, else pending by
+	// (txid, id).
+	// Indexes: outbox_leased for the expired branch, outbox_pending_txid
+	// (txid, id), partial: pending unordered rows only, for the ready branch, so
+	// the cost does not grow with retained done/dead rows. No other index
+	// delivers these rows in (txid, id) order, so the planner reads it from its
+	// start instead of walking the primary key past every done row or sorting
+	// the backlog. Rows not yet due (in backoff, deferred, scheduled for later) are
+	// passed over on their table rows: a claim visits each of them that sorts
+	// before the rows it takes. The dispatcher's own claim,
+	// OutboxClaimWindow (queries/window.sql), starts from a cursor instead and
+	// finds due rows through outbox_pending_due.
 	// The locked rows are updated through id = ANY(ARRAY(...)): one primary-key
 	// index scan over the chosen ids, with no join for the planner to get wrong.
 	// Joined to the CTE instead (UPDATE ... FROM picked), the planner switched
 	// to a hash join over a sequential scan of the whole table once the batch
 	// was large (measured at Batch 1,000 on 100,000 rows: 40 ms custom plan,
 	// 137 ms generic plan, against 9-16 ms for both with the array; see
-	// BENCHMARKS.md). Rows come back in id order.
+	// BENCHMARKS.md). Rows come back in (txid, id) order.
 	// 0 rows: nothing claimable right now (or every candidate is locked by a
 	// concurrent claim); not necessarily an empty queue.
 	// An expired lease is claimed alone (ready is empty then), so every row
@@ -217,10 +223,10 @@ type Querier interface {
 	// outbox_ordered_due.
 	// 0 rows: nothing was passed (the normal case).
 	OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]*OutboxClaimPassedOrderedRow, error)
-	// Claims from a cursor (migration 00005). OutboxClaim scans outbox_pending
-	// from its start, and while any snapshot older than the rows it claimed is
-	// open, that start is a run of dead index entries that grows with every row
-	// processed: each claim pays for all of them. The claims here begin where
+	// Claims from a cursor (migration 00005). OutboxClaim scans
+	// outbox_pending_txid from its start, and while any snapshot older than the
+	// rows it claimed is open, that start is a run of dead index entries that
+	// grows with every row processed: each claim pays for all of them. The claims here begin where
 	// the previous claim of the same dispatcher ended, so their cost follows
 	// the rows that arrived since, never the age of the oldest snapshot.
 	//
@@ -465,17 +471,24 @@ type Querier interface {
 	// which the page estimates the done rows. All times on the database clock.
 	// The oldest age is the figure of OutboxOldestPendingAge, read with bounded
 	// work and from the scans the counts make anyway: unordered pending rows are
-	// taken as the @lowest_ids lowest ids of outbox_pending (ids follow
-	// insertion order, so the oldest is among them unless a producer's
-	// transaction stayed open while @lowest_ids newer rows were inserted);
+	// taken as the first @lowest_ids entries of outbox_pending_txid in (txid, id)
+	// order (a transaction gets its txid when it first writes, and created_at
+	// is when it began, so the oldest is among them unless a producer's
+	// transaction stayed open while @lowest_ids newer rows were inserted) and
+	// the first @lowest_ids entries of outbox_pending_due in (available_at, id)
+	// order: a message made pending again (a retry, a defer, a redrive) carries
+	// a new txid but keeps its created_at, and its available_at lies after its
+	// created_at, so it is in that index (with more than @lowest_ids messages in
+	// backoff or scheduled for later, an older one among the rest is missed);
 	// ordered pending rows are counted and aged in one pass over
 	// outbox_ordered_head alone (status and created_at are INCLUDE columns,
 	// 00006; an unsequenced ordered row is uncommitted and invisible anyway),
 	// so above @cap of them the age is that of the oldest among the first @cap
 	// in (aggregate_id, seq) order; processing rows in one pass over
 	// outbox_leased and their table rows (bounded by what relays hold).
-	// Indexes: outbox_pending_txid (pending unordered, count, index only),
-	// outbox_pending (their lowest ids), outbox_ordered_head, outbox_leased,
+	// Indexes: outbox_pending_txid (pending unordered: the count, index only,
+	// and the first entries), outbox_pending_due (its first entries),
+	// outbox_ordered_head, outbox_leased,
 	// outbox_dead (dead, count, index only), outbox_skipped (skipped, count,
 	// at most @cap entries; 00012), outbox_done_at (done, count, at
 	// most @cap entries, index only where the visibility map allows).
@@ -604,12 +617,17 @@ type Querier interface {
 	// OutboxClaim does, so every later write is fenced the same way (on
 	// lease_owner and lease_version).
 	// OutboxIsolateClaim claims up to @batch unordered pending messages without
-	// their payload: the same rows, in the same id order, as OutboxClaim's ready
-	// branch.
+	// their payload: the same rows as OutboxClaim's ready branch, pending and
+	// due, first-come in (txid, id) order (oldest transaction first, insertion
+	// order within one; a message made pending again carries the txid of the
+	// transaction that did that).
 	// Lock strategy: FOR UPDATE SKIP LOCKED, then an UPDATE by primary key
 	// through id = ANY(ARRAY(...)), as OutboxClaim.
-	// Index: outbox_pending (partial: pending unordered), order (id, available_at).
-	// 0 rows: nothing claimable right now.
+	// Index: outbox_pending_txid (txid, id), partial: pending unordered rows
+	// only, read from its start in key order; rows not yet due are passed over
+	// on their table rows, as in OutboxClaim.
+	// 0 rows: nothing claimable right now (or every candidate is locked by a
+	// concurrent claim).
 	OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaimParams) ([]*OutboxIsolateClaimRow, error)
 	// OutboxIsolateClaimOrdered claims up to @batch ordered heads without their
 	// payload: sequenced pending rows with no earlier (seq order: the commit
@@ -695,11 +713,14 @@ type Querier interface {
 	// OutboxOldestPendingAge: age in seconds of the oldest undelivered message
 	// (pending or processing), on the database clock; 0 when there is none. The
 	// most important alert: it grows without bound when dispatch stops.
-	// Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
-	// three branches, so retained done rows are not scanned. Note that the
-	// plain form (status IN ('pending', 'processing')) gives the same answer:
-	// the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
-	// and an unsequenced ordered row is an uncommitted one (invisible here).
+	// Indexes: outbox_pending_txid, outbox_ordered_head and outbox_leased cover
+	// the three branches, so retained done rows are not scanned (every pending
+	// unordered row is read, for its created_at: while they are a large part of
+	// the table, the planner may read the table sequentially instead, which
+	// then costs less). Note that the plain form (status IN ('pending',
+	// 'processing')) gives the same answer: the ordered branch says seq IS NOT
+	// NULL so outbox_ordered_head serves it, and an unsequenced ordered row is an
+	// uncommitted one (invisible here).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
 	// OutboxOrderedCommitWaits: producers whose COMMIT is waiting for another
 	// transaction of the same aggregate to finish committing (the per-aggregate
@@ -764,7 +785,7 @@ type Querier interface {
 	// retained done rows would read them all, every StatsInterval, in every
 	// relay (OutboxCountByStatus scans the table; `pgoutbox stats` still counts
 	// exactly).
-	// Indexes: outbox_pending (pending, unordered), outbox_ordered_head
+	// Indexes: outbox_pending_txid (pending, unordered), outbox_ordered_head
 	// (pending, ordered; status is an INCLUDE column), outbox_leased
 	// (processing), outbox_dead (dead), outbox_skipped (skipped, at most
 	// 10,000 entries; migration 00012), outbox_done_at (done, at most 10,000

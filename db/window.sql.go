@@ -457,10 +457,10 @@ type OutboxClaimSnapshotRow struct {
 	Server   string    `json:"server"`
 }
 
-// Claims from a cursor (migration 00005). OutboxClaim scans outbox_pending
-// from its start, and while any snapshot older than the rows it claimed is
-// open, that start is a run of dead index entries that grows with every row
-// processed: each claim pays for all of them. The claims here begin where
+// Claims from a cursor (migration 00005). OutboxClaim scans
+// outbox_pending_txid from its start, and while any snapshot older than the
+// rows it claimed is open, that start is a run of dead index entries that
+// grows with every row processed: each claim pays for all of them. The claims here begin where
 // the previous claim of the same dispatcher ended, so their cost follows
 // the rows that arrived since, never the age of the oldest snapshot.
 //

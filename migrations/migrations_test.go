@@ -2,7 +2,10 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
 	"testing"
+	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
@@ -174,4 +177,116 @@ func TestMigrations_CommitOrderBackfillKeepsRelativeOrder(t *testing.T) {
 	if n := ints(t, pool, `SELECT count(*) FROM outbox WHERE ordered AND status <> 'done' AND seq IS NULL`); n[0] != 0 {
 		t.Fatalf("%d undelivered ordered rows unsequenced after the second Up", n[0])
 	}
+}
+
+// 00014 drops outbox_pending, on a table with rows waiting, whether it comes
+// right after 00012 (a gap in the numbering) or after a 00013 that only
+// replaces a trigger function; its Down rebuilds the index.
+func TestMigrations_PendingOnceDropsOutboxPendingAfter00012Or00013(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hasIndex := func(pool *pgxpool.Pool) bool {
+		t.Helper()
+		var has bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox_pending') IS NOT NULL`).Scan(&has); err != nil {
+			t.Fatal(err)
+		}
+		return has
+	}
+	upFrom12 := func(t *testing.T, m *migrations.Migrator, pool *pgxpool.Pool, want []int64) {
+		t.Helper()
+		if _, err := m.DownTo(ctx, 12); err != nil {
+			t.Fatal(err)
+		}
+		if !hasIndex(pool) {
+			t.Fatal("outbox_pending missing at version 12")
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		    SELECT 't', 'a' || g, 'E', '{}' FROM generate_series(1, 10) AS g`); err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Up(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var applied []int64
+		for _, r := range res {
+			applied = append(applied, r.Source.Version)
+		}
+		if diff := cmp.Diff(want, applied); diff != "" {
+			t.Fatalf("applied (-want +got):\n%s", diff)
+		}
+		if hasIndex(pool) {
+			t.Fatal("outbox_pending still there after 00014")
+		}
+		if n := ints(t, pool, `SELECT count(*) FROM outbox WHERE status = 'pending'`); n[0] < 10 {
+			t.Fatalf("%d pending rows after 00014, want the 10 inserted before", n[0])
+		}
+	}
+
+	t.Run("after 00012", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.NewPool(t)
+		m := migrator(t, pool)
+		if hasIndex(pool) {
+			t.Fatal("outbox_pending exists at the latest version")
+		}
+		var want []int64
+		for v := int64(13); v <= migrations.Latest(); v++ {
+			if matches, _ := fs.Glob(migrations.FS(), fmt.Sprintf("%05d_*.sql", v)); len(matches) == 1 {
+				want = append(want, v)
+			}
+		}
+		upFrom12(t, m, pool, want)
+		if _, err := m.DownTo(ctx, 13); err != nil {
+			t.Fatal(err)
+		}
+		if !hasIndex(pool) {
+			t.Fatal("00014's Down did not rebuild outbox_pending")
+		}
+	})
+
+	t.Run("after a 00013 that replaces a trigger function", func(t *testing.T) {
+		t.Parallel()
+		fsys := fstest.MapFS{}
+		names, _ := fs.Glob(migrations.FS(), "*.sql")
+		for _, n := range names {
+			var v int64
+			if _, err := fmt.Sscanf(n, "%d_", &v); err != nil || v == 13 {
+				continue // this test's own 00013 stands in for whatever 00013 is
+			}
+			b, err := fs.ReadFile(migrations.FS(), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fsys[n] = &fstest.MapFile{Data: b}
+		}
+		fsys["00013_outbox_stamp_again.sql"] = &fstest.MapFile{Data: []byte(`-- +goose Up
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox_claimable_stamp() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    NEW.txid := pg_current_xact_id();
+    RETURN NEW;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose Down
+SELECT 1;
+`)}
+		pool := pgtest.NewPool(t)
+		m, err := migrations.FromPoolWith(pool, fsys, migrations.VersionTable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		upFrom12(t, m, pool, []int64{13, 14})
+		if _, err := m.DownTo(ctx, 12); err != nil {
+			t.Fatal(err)
+		}
+		if !hasIndex(pool) {
+			t.Fatal("00014's Down did not rebuild outbox_pending")
+		}
+	})
 }

@@ -7,7 +7,11 @@
 -- still reaches max attempts (see OutboxReap).
 
 -- OutboxClaim claims up to @batch unordered messages: pending rows whose
--- available_at has come, first-come by id.
+-- available_at has come, first-come in (txid, id) order: oldest transaction
+-- first, insertion order within one. txid is the transaction that inserted
+-- the row or last made it claimable (a retry, a defer, a hand-back, a
+-- redrive: migration 00005), so a message made pending again queues behind
+-- the rows that were already waiting.
 -- Expired leases (processing past lease_until with attempts left) are
 -- re-claimable too, but in isolation: when one exists, the claim
 -- returns that single row and nothing else, so a poison message that kills
@@ -21,23 +25,25 @@
 -- queries/isolate.sql). Passing true claims both
 -- kinds, for callers that run this query on their own.
 -- Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
--- Ordering: expired lease (oldest lease_until) alone, else pending by id.
--- Indexes: outbox_leased for the expired branch, outbox_pending (partial:
--- pending only) for the ready branch, so the cost does not grow with retained
--- done/dead rows. The ready branch sorts by (id, available_at), which is the
--- same order as by id alone (id is unique) but one that only outbox_pending
--- delivers: with plain ORDER BY id the planner may walk the primary key
--- instead whenever its statistics say most rows are pending (a backlog, or
--- right after ANALYZE), and that walk filters every done row below the
--- first pending one (measured: 47 ms instead of 10 ms per claim of 500 in
--- the middle of a 100,000 backlog; see BENCHMARKS.md).
+-- Ordering: expired lease (oldest lease_until) alone, else pending by
+-- (txid, id).
+-- Indexes: outbox_leased for the expired branch, outbox_pending_txid
+-- (txid, id), partial: pending unordered rows only, for the ready branch, so
+-- the cost does not grow with retained done/dead rows. No other index
+-- delivers these rows in (txid, id) order, so the planner reads it from its
+-- start instead of walking the primary key past every done row or sorting
+-- the backlog. Rows not yet due (in backoff, deferred, scheduled for later) are
+-- passed over on their table rows: a claim visits each of them that sorts
+-- before the rows it takes. The dispatcher's own claim,
+-- OutboxClaimWindow (queries/window.sql), starts from a cursor instead and
+-- finds due rows through outbox_pending_due.
 -- The locked rows are updated through id = ANY(ARRAY(...)): one primary-key
 -- index scan over the chosen ids, with no join for the planner to get wrong.
 -- Joined to the CTE instead (UPDATE ... FROM picked), the planner switched
 -- to a hash join over a sequential scan of the whole table once the batch
 -- was large (measured at Batch 1,000 on 100,000 rows: 40 ms custom plan,
 -- 137 ms generic plan, against 9-16 ms for both with the array; see
--- BENCHMARKS.md). Rows come back in id order.
+-- BENCHMARKS.md). Rows come back in (txid, id) order.
 -- 0 rows: nothing claimable right now (or every candidate is locked by a
 -- concurrent claim); not necessarily an empty queue.
 -- name: OutboxClaim :many
@@ -60,7 +66,7 @@ ready AS (
        AND available_at <= now()
        AND NOT ordered
        AND NOT EXISTS (SELECT 1 FROM expired)
-     ORDER BY id, available_at
+     ORDER BY txid, id
      LIMIT @batch::integer
        FOR UPDATE SKIP LOCKED
 ),
@@ -73,7 +79,7 @@ claimed AS (
            attempts      = o.attempts + 1
      WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
     RETURNING o.id, o.lease_version, o.attempts, o.aggregate_type, o.aggregate_id,
-              o.event_type, o.payload, o.headers, o.created_at
+              o.event_type, o.payload, o.headers, o.created_at, o.txid
 )
 -- An expired lease is claimed alone (ready is empty then), so every row
 -- returned is recovered exactly when expired found one.
@@ -81,7 +87,7 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
        c.event_type, c.payload, c.headers, c.created_at,
        EXISTS (SELECT 1 FROM expired)::boolean AS recovered
   FROM claimed AS c
- ORDER BY c.id;
+ ORDER BY c.txid, c.id;
 
 -- OutboxClaimOrdered claims up to @batch ordered messages, at most one per
 -- aggregate: the head, i.e. the undelivered (pending, processing or dead)

@@ -429,3 +429,102 @@ func TestClaim_RecoverExpiredFalseSkipsExpiredLeases(t *testing.T) {
 		t.Fatalf("idle claim = %+v, want the expired lease %d", got, first[0].ID)
 	}
 }
+
+// OutboxClaim and OutboxIsolateClaim are first-come by (txid, id): the
+// oldest transaction's rows first, in insertion order, even where a younger
+// transaction committed rows with lower ids first; a message made pending
+// again (here a retry) carries its retry's txid and queues behind the rows
+// already waiting. Each claim of one row takes the next in that order, and
+// a claim of many returns them in it.
+func TestClaim_FirstComeByTransactionThenInsertionOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	retried := b.seed(t, 1, "r")[0]
+	cs := b.claim(t, "w", 1, time.Minute, 12)
+	if len(cs) != 1 || cs[0].ID != retried {
+		t.Fatalf("first claim %+v, want %d", cs, retried)
+	}
+	older, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Rollback(ctx) //nolint:errcheck
+	// Its txid, taken before the younger transaction's.
+	if _, err := older.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	ins := func(tx pgx.Tx, agg string) int64 {
+		t.Helper()
+		var id int64
+		if err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		    VALUES ('order', $1, 'OrderEvent', '{}') RETURNING id`, agg).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	younger, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer younger.Rollback(ctx) //nolint:errcheck
+	y1, y2 := ins(younger, "y"), ins(younger, "y")
+	if err := younger.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o1, o2 := ins(older, "o"), ins(older, "o")
+	if err := older.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The first message fails once and is rescheduled with no delay:
+	// pending again, with the txid of its retry.
+	if n, err := b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: retried, LeaseVersion: cs[0].LeaseVersion,
+		LeaseOwner: "w", Error: "boom"}); err != nil || n != 1 {
+		t.Fatalf("reschedule: %d, %v", n, err)
+	}
+	if !(y1 < y2 && y2 < o1 && o1 < o2 && retried < y1) {
+		t.Fatalf("setup: ids retried %d, younger %d %d, older %d %d", retried, y1, y2, o1, o2)
+	}
+	want := []int64{o1, o2, y1, y2, retried}
+
+	// One claim of all, rolled back: returned in claim order.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	rows, err := db.New(tx).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "x", Batch: 10, Lease: time.Minute, MaxAttempts: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []int64
+	for _, r := range rows {
+		all = append(all, r.ID)
+	}
+	if diff := cmp.Diff(want, all); diff != "" {
+		t.Fatalf("OutboxClaim of 10, rows in returned order (-want +got):\n%s", diff)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// One row at a time, alternating the two claims.
+	var got []int64
+	for i := range want {
+		if i%2 == 0 {
+			rs, err := b.q.OutboxClaim(ctx, db.OutboxClaimParams{Owner: "x", Batch: 1, Lease: time.Minute, MaxAttempts: 12})
+			if err != nil || len(rs) != 1 {
+				t.Fatalf("claim %d: %d rows, %v", i, len(rs), err)
+			}
+			got = append(got, rs[0].ID)
+		} else {
+			rs, err := b.q.OutboxIsolateClaim(ctx, db.OutboxIsolateClaimParams{Owner: "x", Batch: 1, Lease: time.Minute})
+			if err != nil || len(rs) != 1 {
+				t.Fatalf("isolate claim %d: %d rows, %v", i, len(rs), err)
+			}
+			got = append(got, rs[0].ID)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("claim order (-want +got):\n%s", diff)
+	}
+}

@@ -11,12 +11,17 @@
 -- lease_owner and lease_version).
 
 -- OutboxIsolateClaim claims up to @batch unordered pending messages without
--- their payload: the same rows, in the same id order, as OutboxClaim's ready
--- branch.
+-- their payload: the same rows as OutboxClaim's ready branch, pending and
+-- due, first-come in (txid, id) order (oldest transaction first, insertion
+-- order within one; a message made pending again carries the txid of the
+-- transaction that did that).
 -- Lock strategy: FOR UPDATE SKIP LOCKED, then an UPDATE by primary key
 -- through id = ANY(ARRAY(...)), as OutboxClaim.
--- Index: outbox_pending (partial: pending unordered), order (id, available_at).
--- 0 rows: nothing claimable right now.
+-- Index: outbox_pending_txid (txid, id), partial: pending unordered rows
+-- only, read from its start in key order; rows not yet due are passed over
+-- on their table rows, as in OutboxClaim.
+-- 0 rows: nothing claimable right now (or every candidate is locked by a
+-- concurrent claim).
 -- name: OutboxIsolateClaim :many
 WITH ready AS (
     SELECT id
@@ -24,7 +29,7 @@ WITH ready AS (
      WHERE status = 'pending'
        AND available_at <= now()
        AND NOT ordered
-     ORDER BY id, available_at
+     ORDER BY txid, id
      LIMIT @batch::integer
        FOR UPDATE SKIP LOCKED
 )

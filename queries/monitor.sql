@@ -17,7 +17,7 @@ SELECT status, count(*) AS count
 -- retained done rows would read them all, every StatsInterval, in every
 -- relay (OutboxCountByStatus scans the table; `pgoutbox stats` still counts
 -- exactly).
--- Indexes: outbox_pending (pending, unordered), outbox_ordered_head
+-- Indexes: outbox_pending_txid (pending, unordered), outbox_ordered_head
 -- (pending, ordered; status is an INCLUDE column), outbox_leased
 -- (processing), outbox_dead (dead), outbox_skipped (skipped, at most
 -- 10,000 entries; migration 00012), outbox_done_at (done, at most 10,000
@@ -43,11 +43,14 @@ SELECT u.pending::bigint AS pending,
 -- OutboxOldestPendingAge: age in seconds of the oldest undelivered message
 -- (pending or processing), on the database clock; 0 when there is none. The
 -- most important alert: it grows without bound when dispatch stops.
--- Indexes: outbox_pending, outbox_ordered_head and outbox_leased cover the
--- three branches, so retained done rows are not scanned. Note that the
--- plain form (status IN ('pending', 'processing')) gives the same answer:
--- the ordered branch says seq IS NOT NULL so outbox_ordered_head serves it,
--- and an unsequenced ordered row is an uncommitted one (invisible here).
+-- Indexes: outbox_pending_txid, outbox_ordered_head and outbox_leased cover
+-- the three branches, so retained done rows are not scanned (every pending
+-- unordered row is read, for its created_at: while they are a large part of
+-- the table, the planner may read the table sequentially instead, which
+-- then costs less). Note that the plain form (status IN ('pending',
+-- 'processing')) gives the same answer: the ordered branch says seq IS NOT
+-- NULL so outbox_ordered_head serves it, and an unsequenced ordered row is an
+-- uncommitted one (invisible here).
 -- name: OutboxOldestPendingAge :one
 SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
   FROM (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strings"
 	"sync"
@@ -385,7 +386,14 @@ func (a *app) migrateFleet(ctx context.Context, f *flags, up bool) error {
 		if r.version, err = m.Version(ctx); err != nil {
 			return err
 		}
-		r.pending = max(migrations.Latest()-r.version, 0)
+		// Files newer than the database, not versions: the numbering may
+		// have gaps.
+		names, _ := fs.Glob(migrations.FS(), "*.sql")
+		for _, n := range names {
+			if versionOf(n) > r.version {
+				r.pending++
+			}
+		}
 		return nil
 	})
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)

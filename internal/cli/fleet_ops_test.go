@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/fleet"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // The one-shot commands over several databases: migrate up and status over
@@ -48,6 +50,10 @@ func TestFleetCommandsOverDiscoveredDatabases(t *testing.T) {
 	r := call(t, invocation{}, append([]string{"migrate", "status"}, discover...)...)
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", "3 databases: 0 up to date, 3 with pending migrations")
+	// Every file of this build is pending on an empty database (the
+	// numbering may have gaps: files, not the latest version).
+	files, _ := fs.Glob(migrations.FS(), "*.sql")
+	mustContain(t, r, "stdout", fmt.Sprintf(" %d pending\n", len(files)))
 	r = call(t, invocation{}, append([]string{"migrate", "up"}, discover...)...)
 	wantCode(t, r, ExitOK)
 	mustContain(t, r, "stdout", prefix+"_2")

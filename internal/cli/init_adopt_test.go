@@ -342,4 +342,10 @@ func TestInit_SchemaAppliesNextToPublicOutbox(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'hr_outbox%' AND pronamespace = 'hr'::regnamespace").Scan(&n); err != nil || n == 0 {
 		t.Errorf("trigger functions not in schema hr: %d, %v", n, err)
 	}
+	// 00014 dropped the index of 00001 in schema hr (DROP INDEX ... IF
+	// EXISTS of an unqualified name would have found nothing and kept it).
+	var dropped bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('hr.hr_outbox_pending') IS NULL AND to_regclass('hr.hr_outbox_pending_txid') IS NOT NULL").Scan(&dropped); err != nil || !dropped {
+		t.Errorf("hr.hr_outbox_pending not dropped by 00014 (%v)", err)
+	}
 }

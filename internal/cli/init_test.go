@@ -224,7 +224,7 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 		}
 	}
 	var exists bool
-	if err := d.pool.QueryRow(ctx, "SELECT to_regclass('billing_outbox') IS NULL AND to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_pending') IS NOT NULL AND to_regclass('outbox_seq') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_notify') AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_commit_order')").Scan(&exists); err != nil || !exists {
+	if err := d.pool.QueryRow(ctx, "SELECT to_regclass('billing_outbox') IS NULL AND to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_pending_txid') IS NOT NULL AND to_regclass('outbox_seq') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_notify') AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_commit_order')").Scan(&exists); err != nil || !exists {
 		t.Errorf("after the copied Down sections pgoutbox's own schema is damaged (%v)", err)
 	}
 }

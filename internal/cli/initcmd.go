@@ -24,7 +24,7 @@ import (
 const initAbout = `Copies pgoutbox's SQL into your own sqlc + goose project under another table
 name (and optionally in a schema): the goose migrations into a goose folder and
 the annotated queries into DIR/queries, with the table outbox and everything
-derived from it renamed (indexes outbox_pending -> NAME_pending, the trigger and
+derived from it renamed (indexes outbox_leased -> NAME_leased, the trigger and
 its functions outbox_notify -> NAME_notify, the trigger's flag
 'outbox.wake_queued' -> 'NAME.wake_queued', the NOTIFY channel 'outbox' ->
 'NAME', query names OutboxClaim -> <CamelName>Claim). Only whole identifiers are

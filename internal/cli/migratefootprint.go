@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,10 +18,17 @@ import (
 // goose history, or by hand) has no history pgoutbox can read. What it has is
 // the schema the migrations left: each migration's footprint is the objects
 // it alone creates and no later migration drops — a table, an index, a
-// sequence, a function, a trigger, a column, a constraint — so the catalogs say which
-// migrations the table has, whoever applied them.
+// sequence, a function, a trigger, a column, a constraint — and the objects
+// an earlier migration created that it drops and no migration creates
+// again (absent once it is applied, present before), so the catalogs say
+// which migrations the table has, whoever applied them.
 
-type schemaObject struct{ kind, name string }
+// schemaObject is one object of a footprint: it must exist, or with absent
+// it must not.
+type schemaObject struct {
+	kind, name string
+	absent     bool
+}
 
 var (
 	createObjRe = regexp.MustCompile(`(?i)\bCREATE\s+(?:UNIQUE\s+)?(?:OR\s+REPLACE\s+)?(?:CONSTRAINT\s+)?(TABLE|INDEX|SEQUENCE|FUNCTION|TRIGGER)\s+(?:CONCURRENTLY\s+)?(?:IF\s+NOT\s+EXISTS\s+)?([a-zA-Z0-9_."]+)`)
@@ -74,20 +82,20 @@ func footprints(fsys fs.FS) ([]string, map[string][]schemaObject, error) {
 			}
 		}
 		for _, m := range createObjRe.FindAllStringSubmatch(up, -1) {
-			add(schemaObject{strings.ToLower(m[1]), bareName(m[2])})
+			add(schemaObject{kind: strings.ToLower(m[1]), name: bareName(m[2])})
 		}
 		for _, m := range addColRe.FindAllStringSubmatch(up, -1) {
-			add(schemaObject{"column", bareName(m[1])})
+			add(schemaObject{kind: "column", name: bareName(m[1])})
 		}
 		for _, m := range addConRe.FindAllStringSubmatch(up, -1) {
-			add(schemaObject{"constraint", bareName(m[1])})
+			add(schemaObject{kind: "constraint", name: bareName(m[1])})
 		}
 		for _, m := range dropObjRe.FindAllStringSubmatch(up, -1) {
-			o := schemaObject{strings.ToLower(m[1]), bareName(m[2])}
+			o := schemaObject{kind: strings.ToLower(m[1]), name: bareName(m[2])}
 			dropped[o] = append(dropped[o], i)
 		}
 		for _, m := range dropColRe.FindAllStringSubmatch(up, -1) {
-			o := schemaObject{"column", bareName(m[1])}
+			o := schemaObject{kind: "column", name: bareName(m[1])}
 			dropped[o] = append(dropped[o], i)
 		}
 	}
@@ -107,6 +115,22 @@ func footprints(fsys fs.FS) ([]string, map[string][]schemaObject, error) {
 				out[n] = append(out[n], o)
 			}
 		}
+	}
+	// Drops: migration i's proof is also an object gone for good, i.e.
+	// created only by migrations before i and dropped last by i.
+	gone := make([][]schemaObject, len(names))
+	for o, ds := range dropped {
+		i := slices.Max(ds)
+		if len(created[o]) == 0 || slices.Max(created[o]) >= i {
+			continue // never created by a migration (nothing to tell), or created again
+		}
+		gone[i] = append(gone[i], schemaObject{kind: o.kind, name: o.name, absent: true})
+	}
+	for i, n := range names {
+		sort.Slice(gone[i], func(a, b int) bool {
+			return gone[i][a].kind+" "+gone[i][a].name < gone[i][b].kind+" "+gone[i][b].name
+		})
+		out[n] = append(out[n], gone[i]...)
 	}
 	return names, out, nil
 }
@@ -139,7 +163,7 @@ func readFootprint(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, relation
 	}
 	present := map[schemaObject]bool{}
 	for _, r := range rows {
-		present[schemaObject{r.Kind, r.Name}] = r.Present
+		present[schemaObject{kind: r.Kind, name: r.Name}] = r.Present
 	}
 	st := footprintStatus{names: names, state: map[string]string{}}
 	for _, n := range names {
@@ -149,7 +173,7 @@ func readFootprint(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, relation
 		}
 		st.state[n] = "applied"
 		for _, o := range fp[n] {
-			if !present[o] {
+			if present[schemaObject{kind: o.kind, name: o.name}] == o.absent {
 				st.state[n] = "missing"
 			}
 		}

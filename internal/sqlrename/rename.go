@@ -183,6 +183,8 @@ func searchedAfter(prev []string) bool {
 		return true
 	case at(0) == "concurrently" && at(1) == "index" && at(2) == "drop":
 		return true
+	case at(0) == "exists" && at(1) == "if" && at(2) == "concurrently" && at(3) == "index" && at(4) == "drop":
+		return true
 	case at(0) == "by" && at(1) == "owned":
 		return true
 	}
@@ -302,7 +304,7 @@ func walkSQL(src string, v sqlVisitor) string {
 			}
 			out.WriteString(v.code(src[i:j], ctx))
 			words = append(words, strings.ToLower(src[i:j]))
-			if len(words) > 4 {
+			if len(words) > 5 { // the longest form searchedAfter reads: DROP INDEX CONCURRENTLY IF EXISTS
 				words = words[1:]
 			}
 			lastCode = src[j-1]
