@@ -1037,10 +1037,17 @@ type Querier interface {
 	// 1869968483).
 	// false: the session did not hold it (PostgreSQL also logs a warning).
 	OutboxWakeIdle(ctx context.Context) (bool, error)
-	// OutboxWakeLockTimeout bounds OutboxWakeBarrier's wait on the listen
-	// connection (session-level; that connection runs nothing else that locks).
+	// OutboxWakeSession prepares the LISTEN connection for the locks above: a
+	// lock_timeout that bounds OutboxWakeBarrier's wait (session-level; the
+	// connection runs nothing else that locks), and server-side TCP keepalives
+	// (10 s idle, then every 5 s, 3 probes; 30 s for unacknowledged data), so
+	// that the busy lock of a relay whose network vanished without a reset is
+	// released within about half a minute instead of the operating system's
+	// two hours: until then producers skip their NOTIFY and the other relays
+	// find new messages by polling. (Ignored on Unix-domain sockets and where
+	// the platform lacks them.)
 	// Lock strategy: none. Always one row.
-	OutboxWakeLockTimeout(ctx context.Context, lockTimeout string) error
+	OutboxWakeSession(ctx context.Context, lockTimeout string) error
 }
 
 var _ Querier = (*Queries)(nil)

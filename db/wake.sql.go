@@ -68,14 +68,25 @@ func (q *Queries) OutboxWakeIdle(ctx context.Context) (bool, error) {
 	return released, err
 }
 
-const outboxWakeLockTimeout = `-- name: OutboxWakeLockTimeout :exec
-SELECT set_config('lock_timeout', $1::text, false)
+const outboxWakeSession = `-- name: OutboxWakeSession :exec
+SELECT set_config('lock_timeout', $1::text, false),
+       set_config('tcp_keepalives_idle', '10', false),
+       set_config('tcp_keepalives_interval', '5', false),
+       set_config('tcp_keepalives_count', '3', false),
+       set_config('tcp_user_timeout', '30000', false)
 `
 
-// OutboxWakeLockTimeout bounds OutboxWakeBarrier's wait on the listen
-// connection (session-level; that connection runs nothing else that locks).
+// OutboxWakeSession prepares the LISTEN connection for the locks above: a
+// lock_timeout that bounds OutboxWakeBarrier's wait (session-level; the
+// connection runs nothing else that locks), and server-side TCP keepalives
+// (10 s idle, then every 5 s, 3 probes; 30 s for unacknowledged data), so
+// that the busy lock of a relay whose network vanished without a reset is
+// released within about half a minute instead of the operating system's
+// two hours: until then producers skip their NOTIFY and the other relays
+// find new messages by polling. (Ignored on Unix-domain sockets and where
+// the platform lacks them.)
 // Lock strategy: none. Always one row.
-func (q *Queries) OutboxWakeLockTimeout(ctx context.Context, lockTimeout string) error {
-	_, err := q.db.Exec(ctx, outboxWakeLockTimeout, lockTimeout)
+func (q *Queries) OutboxWakeSession(ctx context.Context, lockTimeout string) error {
+	_, err := q.db.Exec(ctx, outboxWakeSession, lockTimeout)
 	return err
 }

@@ -39,6 +39,7 @@ const busyAckTimeout = 2 * time.Second
 // owns the connection, does it and acknowledges the idle side (idle).
 type busyState struct {
 	want      atomic.Bool   // the claimer's wish: busy
+	dirty     atomic.Bool   // busy was wished since the last barrier (waiting passes one)
 	asked     atomic.Bool   // the claimer waits for idle to be acknowledged
 	listening atomic.Bool   // the listener is connected and serving wishes
 	poke      chan struct{} // cap 1: want changed
@@ -56,19 +57,24 @@ func (b *busyState) signal() {
 	}
 }
 
-// claiming is called by the claimer after a round that will be followed by
-// another at once: producers need not wake it.
+// claiming is called by the claimer after the second round in a row that
+// claimed messages: it claims again at once, so producers need not wake
+// it. (After a single round with messages the next one usually finds
+// none and the claimer polls its wake window, where a notification brings
+// the next message sooner than the window's doubling polls.)
 func (b *busyState) claiming() {
 	if b.listening.Load() && !b.want.Load() {
+		b.dirty.Store(true)
 		b.want.Store(true)
 		b.signal()
 	}
 }
 
-// pausing is called by the claimer when it waits for room in flight longer
-// than an instant: it will not claim until publishes finish, so producers
-// wake the other relays meanwhile. No barrier: this relay claims again
-// when it has room, notified or not.
+// pausing is called by the claimer when it stops claiming back to back
+// (a round found nothing and it polls its wake window, or it waited for
+// room in flight longer than an instant): producers notify again, and wake
+// the other relays. No barrier yet: waiting passes it before the claimer
+// waits outside a wake window.
 func (b *busyState) pausing() {
 	if b.want.Load() {
 		b.want.Store(false)
@@ -80,18 +86,19 @@ func (b *busyState) pausing() {
 // It reports whether the claimer must claim once more first: the listener
 // gave the busy lock up and passed the barrier, so commits that skipped
 // their NOTIFY are visible now. It returns false at once when the claimer
-// was not busy.
+// has not said it was busy since the last barrier.
 func (b *busyState) waiting(ctx context.Context) bool {
-	if !b.want.Load() {
+	if !b.dirty.Load() {
 		return false
 	}
 	select { // a stale acknowledgement
 	case <-b.idle:
 	default:
 	}
+	b.dirty.Store(false)
 	b.want.Store(false)
 	if !b.listening.Load() {
-		return false
+		return false // the connection, and the lock with it, is gone
 	}
 	b.asked.Store(true)
 	b.signal()

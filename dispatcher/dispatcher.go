@@ -288,6 +288,7 @@ type job struct {
 func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *releaser) {
 	var (
 		dbFailures   int
+		streak       int // rounds in a row that claimed messages (busy.go)
 		orderedFirst bool
 		hotSeen      int64         // the wake window hotStep belongs to
 		hotStep      time.Duration // next idle wait inside the wake window
@@ -337,8 +338,15 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 			continue
 		}
 		dbFailures = 0
+		if claimed > 0 {
+			streak++
+			if streak >= 2 {
+				d.busy.claiming()
+			}
+		} else {
+			streak = 0
+		}
 		if claimed > 0 || again {
-			d.busy.claiming()
 			continue
 		}
 		// Idle: wait for a NOTIFY, the poll interval, or shutdown. Inside a
@@ -358,7 +366,9 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 				inWindow = true
 			}
 		}
-		if !inWindow {
+		if inWindow {
+			d.busy.pausing() // polling, not claiming back to back: producers notify
+		} else {
 			// Producers skipped their NOTIFY while this relay was busy:
 			// give the busy lock up, let their commits finish, and claim
 			// once more before waiting for a notification.

@@ -69,7 +69,7 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	}
 	bc := &busyConn{q: d.listenQueries(conn)}
 	lctx, cancel = context.WithTimeout(ctx, d.cfg.WriteTimeout)
-	err = bc.q.OutboxWakeLockTimeout(lctx, busyBarrierTimeout.String())
+	err = bc.q.OutboxWakeSession(lctx, busyBarrierTimeout.String())
 	cancel()
 	if err != nil {
 		return err

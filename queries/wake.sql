@@ -35,8 +35,19 @@ SELECT pg_advisory_unlock_shared(('outbox'::regclass)::oid::integer, 1869968483)
 -- name: OutboxWakeBarrier :exec
 SELECT pg_advisory_xact_lock(('outbox'::regclass)::oid::integer, 1869968484);
 
--- OutboxWakeLockTimeout bounds OutboxWakeBarrier's wait on the listen
--- connection (session-level; that connection runs nothing else that locks).
+-- OutboxWakeSession prepares the LISTEN connection for the locks above: a
+-- lock_timeout that bounds OutboxWakeBarrier's wait (session-level; the
+-- connection runs nothing else that locks), and server-side TCP keepalives
+-- (10 s idle, then every 5 s, 3 probes; 30 s for unacknowledged data), so
+-- that the busy lock of a relay whose network vanished without a reset is
+-- released within about half a minute instead of the operating system's
+-- two hours: until then producers skip their NOTIFY and the other relays
+-- find new messages by polling. (Ignored on Unix-domain sockets and where
+-- the platform lacks them.)
 -- Lock strategy: none. Always one row.
--- name: OutboxWakeLockTimeout :exec
-SELECT set_config('lock_timeout', @lock_timeout::text, false);
+-- name: OutboxWakeSession :exec
+SELECT set_config('lock_timeout', @lock_timeout::text, false),
+       set_config('tcp_keepalives_idle', '10', false),
+       set_config('tcp_keepalives_interval', '5', false),
+       set_config('tcp_keepalives_count', '3', false),
+       set_config('tcp_user_timeout', '30000', false);

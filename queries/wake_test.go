@@ -30,7 +30,7 @@ func TestWake_BusyRelaySkipsNotifyAndTheBarrierWaitsForThoseCommits(t *testing.T
 	}
 	defer relay.Close(ctx)
 	rq := db.New(relay)
-	if err := rq.OutboxWakeLockTimeout(ctx, "200ms"); err != nil {
+	if err := rq.OutboxWakeSession(ctx, "200ms"); err != nil {
 		t.Fatal(err)
 	}
 	ev := db.OutboxEnqueueParams{AggregateType: "o", AggregateID: "a", EventType: "E", Payload: []byte(`{}`), Headers: []byte(`{}`)}
