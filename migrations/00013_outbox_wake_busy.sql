@@ -1,7 +1,7 @@
 -- pgoutbox-migration: 00013_outbox_wake_busy.sql
 -- +goose Up
--- No NOTIFY while every relay is busy. A relay that is claiming anyway (it
--- found messages and claims again as soon as it has room) does not need to
+-- No NOTIFY while a relay is busy. A relay that is claiming anyway (its last
+-- claims found messages and it claims again as soon as it has room) need not
 -- be woken, yet every producer's COMMIT still paid for a notification: a
 -- NOTIFY takes one lock per database at COMMIT and holds it until the
 -- commit record is flushed, so notifying commits cannot share a flush. With
@@ -27,9 +27,10 @@
 -- that barrier) notifies. A producer that finds busy taken by another
 -- producer's instant check skips too; that producer is committing at the
 -- same moment and notifies, as with the gate (the relays' wake window covers
--- it). A relay that dies while busy releases busy with its connection; the
--- other relays, and its own restart, claim what was committed meanwhile
--- (every relay polls).
+-- it). A relay that dies while busy releases busy with its connection (one
+-- whose network vanished: when the server's keepalives give up, about 30 s
+-- with the settings relays give that connection); the other relays, and
+-- its own restart, claim what was committed meanwhile (every relay polls).
 -- Relays of an earlier pgoutbox version never take busy: producers notify
 -- them as before. A process of your own that LISTENs on the channel is not
 -- woken while a relay is busy.
