@@ -19,7 +19,7 @@ url=${1:?usage: insert-cpu.sh DATABASE_URL [N]}
 n=${2:-20000}
 psql=(psql "$url" -qtAX -v ON_ERROR_STOP=1)
 
-"${psql[@]}" -c "CREATE TABLE IF NOT EXISTS bench_insert_plain (
+"${psql[@]}" -c "SET client_min_messages = warning" -c "CREATE TABLE IF NOT EXISTS bench_insert_plain (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, aggregate_type text NOT NULL,
     aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now())" >/dev/null

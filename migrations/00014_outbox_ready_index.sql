@@ -1,4 +1,4 @@
--- pgoutbox-migration: 00014_outbox_pending_once.sql
+-- pgoutbox-migration: 00014_outbox_ready_index.sql
 -- +goose NO TRANSACTION
 -- +goose Up
 -- Pending unordered rows are indexed once instead of twice. Every unordered
