@@ -9,63 +9,77 @@ import (
 	"context"
 )
 
-const outboxWakeBarrier = `-- name: OutboxWakeBarrier :exec
-SELECT pg_advisory_xact_lock(('outbox'::regclass)::oid::integer, 1869968484)
+const outboxWakeAwaitIdle = `-- name: OutboxWakeAwaitIdle :exec
+SELECT pg_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485)
 `
 
-// OutboxWakeBarrier waits until every producer COMMIT that may have skipped
-// its NOTIFY has finished: each holds the in-flight lock shared until its
-// COMMIT is visible, and this statement takes it exclusively for an instant
-// (autocommit: released when the statement ends). Producers that commit
-// while it waits notify instead. A claim after it sees every commit that
-// skipped its NOTIFY.
-// Lock strategy: pg_advisory_xact_lock on (table oid, 1869968484); it waits
-// as long as the session's lock_timeout allows (a producer under SET
-// CONSTRAINTS ALL IMMEDIATE holds the in-flight lock from its INSERT, a
-// prepared transaction until COMMIT PREPARED).
-func (q *Queries) OutboxWakeBarrier(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, outboxWakeBarrier)
+// OutboxWakeAwaitIdle takes the idle lock exclusively, waiting until every
+// producer transaction that holds it shared (it began while no relay
+// waited, so it will not notify) has ended. While it waits, producers that
+// insert notify instead. A claim after it sees every row of those
+// transactions.
+// Lock strategy: pg_advisory_lock on (table oid, 1869968485), session
+// level; it waits as long as the session's lock_timeout allows (a
+// long producer transaction, a prepared one until COMMIT PREPARED, or
+// another relay waiting idle).
+func (q *Queries) OutboxWakeAwaitIdle(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, outboxWakeAwaitIdle)
 	return err
 }
 
 const outboxWakeBusy = `-- name: OutboxWakeBusy :one
-
-SELECT pg_try_advisory_lock_shared(('outbox'::regclass)::oid::integer, 1869968483) AS busy
+SELECT pg_advisory_unlock(('outbox'::regclass)::oid::integer, 1869968485) AS released
 `
 
-// The relay's side of the producers' wake-up (migration 00013). A
-// producer's COMMIT skips its NOTIFY while a relay holds the busy lock; a
-// relay holds it while it claims without waiting for a wake-up, and gives
-// it up before it waits. All three run on the relay's LISTEN connection
-// (session-level locks belong to the connection: never through a pooler in
-// transaction mode), in autocommit.
-// OutboxWakeBusy says "this relay is busy": it tries to take the busy lock
-// shared, at session level, without waiting. Relays share it; a producer's
-// COMMIT that finds it held skips its NOTIFY.
-// Lock strategy: pg_try_advisory_lock_shared on (table oid, 1869968483).
-// false: not taken (a producer's COMMIT was checking it at this instant);
-// producers keep notifying, and the caller tries again later.
+// OutboxWakeBusy gives the idle lock up: this relay claims back to back, so
+// producers need not wake it.
+// Lock strategy: releases the session's exclusive hold of (table oid,
+// 1869968485).
+// false: the session did not hold it (PostgreSQL also logs a warning).
 func (q *Queries) OutboxWakeBusy(ctx context.Context) (bool, error) {
 	row := q.db.QueryRow(ctx, outboxWakeBusy)
-	var busy bool
-	err := row.Scan(&busy)
-	return busy, err
-}
-
-const outboxWakeIdle = `-- name: OutboxWakeIdle :one
-SELECT pg_advisory_unlock_shared(('outbox'::regclass)::oid::integer, 1869968483) AS released
-`
-
-// OutboxWakeIdle gives the busy lock up. Call OutboxWakeBarrier next, then
-// claim once more before waiting for a notification.
-// Lock strategy: releases the session's shared hold of (table oid,
-// 1869968483).
-// false: the session did not hold it (PostgreSQL also logs a warning).
-func (q *Queries) OutboxWakeIdle(ctx context.Context) (bool, error) {
-	row := q.db.QueryRow(ctx, outboxWakeIdle)
 	var released bool
 	err := row.Scan(&released)
 	return released, err
+}
+
+const outboxWakeIdle = `-- name: OutboxWakeIdle :one
+
+SELECT held,
+       (NOT held AND EXISTS (
+           SELECT FROM pg_catalog.pg_locks AS l
+            WHERE l.locktype = 'advisory'
+              AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+              AND l.classid = ('outbox'::regclass)::oid AND l.objid = 1869968485 AND l.objsubid = 2
+              AND l.mode = 'ExclusiveLock' AND l.granted AND l.pid <> pg_backend_pid()))::boolean AS other_relay
+  FROM (SELECT pg_try_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485) AS held) AS t
+`
+
+type OutboxWakeIdleRow struct {
+	Held       bool `json:"held"`
+	OtherRelay bool `json:"other_relay"`
+}
+
+// The relay's side of the producers' wake-up (migration 00015). A
+// producer's transaction queues a NOTIFY only while a relay holds the idle
+// lock; a relay holds it while it waits for a wake-up (and in its wake
+// window), and gives it up while it claims back to back. All of these run
+// on the relay's LISTEN connection (session-level locks belong to the
+// connection: never through a pooler in transaction mode), in autocommit.
+// OutboxWakeIdle says "this relay waits": it tries to take the idle lock
+// exclusively, at session level, without waiting, and reports whether
+// another session holds it so (another relay waits: producers notify
+// already).
+// Lock strategy: pg_try_advisory_lock on (table oid, 1869968485); reads
+// pg_locks only when it is not taken.
+// held false: not taken; with other_relay false, producers' transactions
+// that began while no relay waited are still open (each holds the lock
+// shared until it ends): call OutboxWakeAwaitIdle, or try again later.
+func (q *Queries) OutboxWakeIdle(ctx context.Context) (*OutboxWakeIdleRow, error) {
+	row := q.db.QueryRow(ctx, outboxWakeIdle)
+	var i OutboxWakeIdleRow
+	err := row.Scan(&i.Held, &i.OtherRelay)
+	return &i, err
 }
 
 const outboxWakeSession = `-- name: OutboxWakeSession :exec
@@ -77,14 +91,14 @@ SELECT set_config('lock_timeout', $1::text, false),
 `
 
 // OutboxWakeSession prepares the LISTEN connection for the locks above: a
-// lock_timeout that bounds OutboxWakeBarrier's wait (session-level; the
+// lock_timeout that bounds OutboxWakeAwaitIdle's wait (session-level; the
 // connection runs nothing else that locks), and server-side TCP keepalives
 // (10 s idle, then every 5 s, 3 probes; 30 s for unacknowledged data), so
-// that the busy lock of a relay whose network vanished without a reset is
+// that the idle lock of a relay whose network vanished without a reset is
 // released within about half a minute instead of the operating system's
-// two hours: until then producers skip their NOTIFY and the other relays
-// find new messages by polling. (Ignored on Unix-domain sockets and where
-// the platform lacks them.)
+// two hours: until then producers notify for it, and no other relay can
+// take the lock. (Ignored on Unix-domain sockets and where the platform
+// lacks them.)
 // Lock strategy: none. Always one row.
 func (q *Queries) OutboxWakeSession(ctx context.Context, lockTimeout string) error {
 	_, err := q.db.Exec(ctx, outboxWakeSession, lockTimeout)

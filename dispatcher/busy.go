@@ -13,41 +13,44 @@ import (
 	"github.com/pgoutbox/pgoutbox/db"
 )
 
-// busyBarrierTimeout bounds the wait of OutboxWakeBarrier (the listen
-// connection's lock_timeout): a producer under SET CONSTRAINTS ALL
-// IMMEDIATE, or a prepared transaction, holds the in-flight lock for as long
-// as it stays open. After a timeout the claimer waits as if the barrier had
-// passed; what such a producer commits later is claimed on the next poll.
-const busyBarrierTimeout = time.Second
+// idleAwaitTimeout bounds the wait of OutboxWakeAwaitIdle (the listen
+// connection's lock_timeout): a producer transaction that began while no
+// relay waited holds the idle lock shared until it ends (a long one, or a
+// prepared one until COMMIT PREPARED). After a timeout the claimer claims
+// once more and waits; the listener keeps trying to take the lock, and
+// producers that insert meanwhile notify.
+const idleAwaitTimeout = time.Second
 
 // busyRoomWait is how long the claimer waits for room in flight before it
 // stops saying it is busy (busyState.pausing).
 const busyRoomWait = 50 * time.Millisecond
 
-// busyAckTimeout bounds how long the claimer waits for the listener to give
-// the busy lock up before it waits for a notification anyway (the listener
+// busyAckTimeout bounds how long the claimer waits for the listener to take
+// the idle lock before it waits for a notification anyway (the listener
 // may be reconnecting).
 const busyAckTimeout = 2 * time.Second
 
-// busyState is the relay's side of the producers' NOTIFY skip (migration
-// 00013, queries/wake.sql). While the claimer claims without waiting for a
-// wake-up, the listener holds the busy lock on its connection and
-// producers' COMMITs send no NOTIFY; before the claimer waits outside a
-// wake window, the listener gives the lock up and passes the barrier (every
-// COMMIT that skipped its NOTIFY has finished), and the claimer claims once
-// more. The claimer says what it wants (want, poke); the listener, which
-// owns the connection, does it and acknowledges the idle side (idle).
+// busyState is the relay's side of the producers' wake-up (migration 00015,
+// queries/wake.sql). Producers queue a NOTIFY only while a relay holds the
+// idle lock. The listener holds it on its connection unless the claimer
+// claims back to back (busy: it gives the lock up, and producers' commits
+// run nothing for their wake-up); before the claimer waits outside a wake
+// window, the listener makes sure the lock is held (or held by another
+// relay), and when it had to take it, the claimer claims once more: what
+// producers committed without notifying is visible by then. The claimer
+// says what it wants (want, asked, poke); the listener, which owns the
+// connection, does it and answers asked on idle (true: claim once more).
 type busyState struct {
-	want      atomic.Bool   // the claimer's wish: busy
-	dirty     atomic.Bool   // busy was wished since the last barrier (waiting passes one)
-	asked     atomic.Bool   // the claimer waits for idle to be acknowledged
+	want      atomic.Bool   // the claimer's wish: busy (the idle lock given up)
+	canBusy   atomic.Bool   // this relay may give the lock up (it claims both kinds)
+	asked     atomic.Bool   // the claimer waits for the lock to be taken
 	listening atomic.Bool   // the listener is connected and serving wishes
-	poke      chan struct{} // cap 1: want changed
-	idle      chan struct{} // cap 1: the lock is given up and the barrier passed
+	poke      chan struct{} // cap 1: a wish changed
+	idle      chan bool     // cap 1: the answer to asked
 }
 
 func newBusyState() busyState {
-	return busyState{poke: make(chan struct{}, 1), idle: make(chan struct{}, 1)}
+	return busyState{poke: make(chan struct{}, 1), idle: make(chan bool, 1)}
 }
 
 func (b *busyState) signal() {
@@ -61,10 +64,12 @@ func (b *busyState) signal() {
 // claimed messages: it claims again at once, so producers need not wake
 // it. (After a single round with messages the next one usually finds
 // none and the claimer polls its wake window, where a notification brings
-// the next message sooner than the window's doubling polls.)
+// the next message sooner than the window's doubling polls.) Only a relay
+// that claims both kinds gives the lock up: one that claims only ordered
+// (or only unordered) messages must not stop producers of the other kind
+// from waking the relays that claim it.
 func (b *busyState) claiming() {
-	if b.listening.Load() && !b.want.Load() {
-		b.dirty.Store(true)
+	if b.listening.Load() && b.canBusy.Load() && !b.want.Load() {
 		b.want.Store(true)
 		b.signal()
 	}
@@ -72,9 +77,8 @@ func (b *busyState) claiming() {
 
 // pausing is called by the claimer when it stops claiming back to back
 // (a round found nothing and it polls its wake window, or it waited for
-// room in flight longer than an instant): producers notify again, and wake
-// the other relays. No barrier yet: waiting passes it before the claimer
-// waits outside a wake window.
+// room in flight longer than an instant): the listener takes the idle lock
+// again, so producers notify.
 func (b *busyState) pausing() {
 	if b.want.Load() {
 		b.want.Store(false)
@@ -84,29 +88,26 @@ func (b *busyState) pausing() {
 
 // waiting is called by the claimer before it waits outside a wake window.
 // It reports whether the claimer must claim once more first: the listener
-// gave the busy lock up and passed the barrier, so commits that skipped
-// their NOTIFY are visible now. It returns false at once when the claimer
-// has not said it was busy since the last barrier.
+// has just taken the idle lock (or found another relay's), so producers
+// notify from now on, and what they committed before without notifying is
+// visible. It returns false when the lock was held all along, when no
+// listener is connected (the claimer polls), and after busyAckTimeout.
 func (b *busyState) waiting(ctx context.Context) bool {
-	if !b.dirty.Load() {
-		return false
-	}
-	select { // a stale acknowledgement
-	case <-b.idle:
-	default:
-	}
-	b.dirty.Store(false)
 	b.want.Store(false)
 	if !b.listening.Load() {
-		return false // the connection, and the lock with it, is gone
+		return false
+	}
+	select { // a stale answer
+	case <-b.idle:
+	default:
 	}
 	b.asked.Store(true)
 	b.signal()
 	t := time.NewTimer(busyAckTimeout)
 	defer t.Stop()
 	select {
-	case <-b.idle:
-		return true
+	case again := <-b.idle:
+		return again
 	case <-t.C:
 		return false
 	case <-ctx.Done():
@@ -116,15 +117,16 @@ func (b *busyState) waiting(ctx context.Context) bool {
 
 // busyConn is the listener's side: the lock's state on its connection.
 type busyConn struct {
-	q      *db.Queries
-	held   bool
-	misses int // OutboxWakeBusy calls in a row that did not take the lock
+	q       *db.Queries
+	held    bool // this connection holds the idle lock
+	covered bool // held, or another relay's was seen, since the claimer last claimed once more
+	misses  int  // OutboxWakeIdle calls in a row that found the lock neither free nor another relay's
 }
 
-// retry is how long the listener waits before it tries the busy lock
-// again: 5 ms after the first miss (a producer's COMMIT checks it for an
-// instant), doubling up to a second (a session of some other application
-// holding the pair).
+// retry is how long the listener waits before it tries the idle lock
+// again: 5 ms after the first miss (producers' transactions in flight),
+// doubling up to a second (a long producer transaction, another relay
+// holding the lock).
 func (bc *busyConn) retry() time.Duration {
 	return min(5*time.Millisecond<<min(bc.misses, 8), time.Second)
 }
@@ -138,53 +140,81 @@ func (d *Dispatcher) listenQueries(conn *pgx.Conn) *db.Queries {
 	return db.New(renamedDBTX{dbtx: conn, n: d.plans.rename})
 }
 
-// syncBusy makes the connection's busy lock what the claimer wants. An
-// error is the connection's: the caller reconnects (the server releases
-// the lock with the connection).
-func (d *Dispatcher) syncBusy(ctx context.Context, bc *busyConn) error {
-	want := d.busy.want.Load()
+// takeIdle tries to take the idle lock; with await it waits for it (up to
+// idleAwaitTimeout) unless another relay holds it. It reports whether
+// producers notify from now on (this connection or another relay holds the
+// lock).
+func (d *Dispatcher) takeIdle(ctx context.Context, bc *busyConn, await bool) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	r, err := bc.q.OutboxWakeIdle(cctx)
+	cancel()
+	if err != nil {
+		return false, err
+	}
 	switch {
-	case want && !bc.held:
-		cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
-		ok, err := bc.q.OutboxWakeBusy(cctx)
-		cancel()
-		if err != nil {
-			return err
-		}
-		bc.held = ok // not taken: producers notify; tried again after bc.retry()
-		if ok {
-			bc.misses = 0
-		} else {
-			bc.misses++
-		}
-	case !want:
+	case r.Held:
+		bc.held, bc.misses = true, 0
+		return true, nil
+	case r.OtherRelay:
+		bc.misses = 8 // retried each second: it takes over when that relay claims or goes
+		return true, nil
+	case !await:
+		bc.misses++
+		return false, nil
+	}
+	cctx, cancel = context.WithTimeout(ctx, idleAwaitTimeout+d.cfg.WriteTimeout)
+	err = bc.q.OutboxWakeAwaitIdle(cctx)
+	cancel()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: idleAwaitTimeout
+		d.log.Debug("producer transactions in flight outlasted the wait for the idle lock; trying again", slog.Any("error", err))
+		bc.misses++
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	bc.held, bc.misses = true, 0
+	return true, nil
+}
+
+// syncBusy makes the connection's idle lock what the claimer wants and
+// answers its question. An error is the connection's: the caller
+// reconnects (the server releases the lock with the connection).
+func (d *Dispatcher) syncBusy(ctx context.Context, bc *busyConn) error {
+	if d.busy.want.Load() {
 		if bc.held {
 			cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
-			_, err := bc.q.OutboxWakeIdle(cctx)
+			_, err := bc.q.OutboxWakeBusy(cctx)
 			cancel()
 			if err != nil {
 				return err
 			}
 			bc.held = false
 		}
-		if !d.busy.asked.Swap(false) {
-			return nil
-		}
-		cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
-		err := bc.q.OutboxWakeBarrier(cctx)
-		cancel()
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: busyBarrierTimeout
-			d.log.Debug("producers' commits in flight outlasted the barrier; the next poll claims them", slog.Any("error", err))
-			err = nil
-		}
+		bc.covered = false
+		return nil
+	}
+	asked := d.busy.asked.Swap(false)
+	if !bc.held {
+		covered, err := d.takeIdle(ctx, bc, asked)
 		if err != nil {
 			return err
 		}
-		select {
-		case d.busy.idle <- struct{}{}:
-		default:
+		if !covered {
+			bc.covered = false
 		}
+	}
+	if !asked {
+		return nil
+	}
+	// Claim once more when the lock was not held all along: commits of
+	// producers that found it free did not notify.
+	again := !bc.covered
+	bc.covered = true
+	select {
+	case d.busy.idle <- again:
+	default:
 	}
 	return nil
 }

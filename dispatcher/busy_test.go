@@ -38,24 +38,24 @@ func notificationCounter(t *testing.T, b *bundle) func() int {
 	}
 }
 
-// busyHolders counts the sessions holding the busy lock (queries/wake.sql).
-func busyHolders(t *testing.T, b *bundle) int {
+// idleHolders counts the sessions holding the idle lock (queries/wake.sql).
+func idleHolders(t *testing.T, b *bundle) int {
 	t.Helper()
 	var n int
 	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
 	    WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	      AND classid = 'outbox'::regclass::oid AND objid = 1869968483 AND objsubid = 2 AND granted`).Scan(&n); err != nil {
+	      AND classid = 'outbox'::regclass::oid AND objid = 1869968485 AND objsubid = 2 AND mode = 'ExclusiveLock' AND granted`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-// While a relay is busy (it claims again as soon as it has room)
-// producers' COMMITs send no NOTIFY. When it runs out of work it gives the
-// busy lock up, waits for the commits that skipped their NOTIFY and claims
-// once more, so with a poll interval of an hour every message committed
-// while it was busy is still delivered; after that, a commit notifies and
-// is delivered at once.
+// While a relay is busy (it claims again as soon as it has room) it gives
+// the idle lock up and producers' transactions queue no NOTIFY. When it
+// runs out of work it takes the lock again, after the producers that began
+// meanwhile have ended, and claims once more, so with a poll interval of an
+// hour every message committed while it was busy is still delivered; after
+// that, a commit notifies and is delivered at once.
 func TestBusy_NoNotifyWhileTheRelayIsBusyAndNothingLeftBehind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -67,7 +67,7 @@ func TestBusy_NoNotifyWhileTheRelayIsBusyAndNothingLeftBehind(t *testing.T) {
 		return nil
 	})
 	b.start(t, rec, fast(dispatcher.Config{PollInterval: time.Hour, Batch: 20, Concurrency: 4}))
-	waitFor(t, 10*time.Second, "the relay to hold the busy lock", func() bool { return busyHolders(t, b) == 1 })
+	waitFor(t, 10*time.Second, "the relay to give the idle lock up", func() bool { return idleHolders(t, b) == 0 })
 	_ = notifications() // the seed's own, before the relay started
 
 	for i := 0; i < during; i++ {
@@ -85,7 +85,7 @@ func TestBusy_NoNotifyWhileTheRelayIsBusyAndNothingLeftBehind(t *testing.T) {
 	waitFor(t, 60*time.Second, "every message delivered with the poll an hour away", func() bool {
 		return b.count(t, "status = 'done'") == seeded+during
 	})
-	waitFor(t, 10*time.Second, "the relay to give the busy lock up", func() bool { return busyHolders(t, b) == 0 })
+	waitFor(t, 10*time.Second, "the relay to take the idle lock again", func() bool { return idleHolders(t, b) == 1 })
 	for i := 1; i <= 3; i++ {
 		if i > 1 {
 			time.Sleep(300 * time.Millisecond)
@@ -103,8 +103,8 @@ func TestBusy_NoNotifyWhileTheRelayIsBusyAndNothingLeftBehind(t *testing.T) {
 }
 
 // A relay whose every slot in flight waits on a slow publish does not
-// claim, so it stops saying it is busy: producers notify again, and would
-// wake the other relays. Once its publishes finish it claims what was
+// claim, so it takes the idle lock again: producers notify, and would wake
+// the other relays. Once its publishes finish it claims what was
 // committed meanwhile without a notification of its own.
 func TestBusy_ARelayFullInFlightLetsProducersNotify(t *testing.T) {
 	t.Parallel()
@@ -123,7 +123,7 @@ func TestBusy_ARelayFullInFlightLetsProducersNotify(t *testing.T) {
 	})
 	b.start(t, rec, fast(dispatcher.Config{PollInterval: time.Hour, Lease: time.Minute, PublishTimeout: 30 * time.Second}))
 	waitFor(t, 10*time.Second, "the relay to claim", func() bool { return b.count(t, "status = 'processing'") > 0 })
-	waitFor(t, 10*time.Second, "the relay, full in flight, to give the busy lock up", func() bool { return busyHolders(t, b) == 0 })
+	waitFor(t, 10*time.Second, "the relay, full in flight, to hold the idle lock", func() bool { return idleHolders(t, b) == 1 })
 	_ = notifications()
 
 	for i := 0; i < during; i++ {
@@ -138,9 +138,10 @@ func TestBusy_ARelayFullInFlightLetsProducersNotify(t *testing.T) {
 	})
 }
 
-// A relay that claims one kind of message only never says it is busy: the
-// producers of the other kind must still wake the relays that claim it.
-func TestBusy_ARelayOfOneKindNeverSaysBusy(t *testing.T) {
+// A relay that claims one kind of message only never gives the idle lock
+// up: the producers of the other kind must still wake the relays that
+// claim it.
+func TestBusy_ARelayOfOneKindNeverGivesTheIdleLockUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.enqueue(t, 2000, "a", false)
@@ -150,12 +151,15 @@ func TestBusy_ARelayOfOneKindNeverSaysBusy(t *testing.T) {
 	})
 	d, _ := b.start(t, rec, fast(dispatcher.Config{Claim: dispatcher.ClaimUnorderedOnly, Batch: 20, Concurrency: 4}))
 	waitFor(t, 10*time.Second, "LISTEN registered", func() bool { return d.Stats().Listens > 0 })
-	seen := 0
+	waitFor(t, 10*time.Second, "the idle lock taken", func() bool { return idleHolders(t, b) == 1 })
+	released := 0
 	for b.count(t, "status = 'done'") < 2000 {
-		seen = max(seen, busyHolders(t, b))
+		if idleHolders(t, b) == 0 {
+			released++
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if seen != 0 {
-		t.Errorf("a relay claiming unordered messages only held the busy lock (%d holders seen while it drained)", seen)
+	if released != 0 {
+		t.Errorf("a relay claiming unordered messages only gave the idle lock up (%d of its samples while it drained)", released)
 	}
 }

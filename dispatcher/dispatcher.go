@@ -46,7 +46,7 @@ type Dispatcher struct {
 	epoch            time.Time     // monotonic base of hotUntil
 	hotUntil         atomic.Int64  // end of the wake window, as time since epoch
 	wakes            atomic.Int64  // wakeUp calls (claimturn.go)
-	busy             busyState     // producers' NOTIFY skip while this relay claims (busy.go)
+	busy             busyState     // the idle lock: producers notify only while a relay waits (busy.go)
 	firstIdle        chan struct{} // closed when the claim loop first finds nothing to claim (stats.go)
 	idleOnce         sync.Once
 	stopping         atomic.Bool   // Run's context ended: start nothing new
@@ -300,7 +300,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 	defer poll.Stop()
 	for ctx.Err() == nil {
 		if d.breaker.holding() {
-			d.busy.waiting(ctx) // not claiming: producers wake the other relays
+			d.busy.waiting(ctx) // not claiming: producers notify
 			d.awaitBreaker(ctx, jobs, rel)
 			continue
 		}
@@ -369,9 +369,9 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		if inWindow {
 			d.busy.pausing() // polling, not claiming back to back: producers notify
 		} else {
-			// Producers skipped their NOTIFY while this relay was busy:
-			// give the busy lock up, let their commits finish, and claim
-			// once more before waiting for a notification.
+			// Producers queue no NOTIFY unless a relay holds the idle lock:
+			// make sure one does, and claim once more when it had to be
+			// taken (what was committed before did not notify).
 			if d.busy.waiting(ctx) {
 				continue
 			}

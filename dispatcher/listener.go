@@ -69,26 +69,28 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	}
 	bc := &busyConn{q: d.listenQueries(conn)}
 	lctx, cancel = context.WithTimeout(ctx, d.cfg.WriteTimeout)
-	err = bc.q.OutboxWakeSession(lctx, busyBarrierTimeout.String())
+	err = bc.q.OutboxWakeSession(lctx, idleAwaitTimeout.String())
 	cancel()
 	if err != nil {
 		return err
 	}
-	// Only a relay that claims both kinds says it is busy: one that claims
-	// only ordered (or only unordered) messages must not keep producers of
-	// the other kind from waking the relays that claim it.
-	if d.cfg.Claim == ClaimAll {
-		d.busy.listening.Store(true)
-		defer d.busy.listening.Store(false)
+	// The idle lock before the first claim: from here on producers notify
+	// (busy.go), and the claim below sees what they committed before.
+	if _, err := d.takeIdle(ctx, bc, true); err != nil {
+		return err
 	}
+	bc.covered = true
+	d.busy.canBusy.Store(d.cfg.Claim == ClaimAll)
+	d.busy.listening.Store(true)
+	defer d.busy.listening.Store(false)
 	d.log.Debug("listening", slog.String("channel", d.cfg.Channel))
 	d.notified()
 	// Counted after the wake-up is armed: whoever sees Stats().Listens move
 	// knows LISTEN is registered and the claimer has been asked to claim.
 	d.metrics.listens.Add(1)
 	for {
-		// The claimer's wish first: busy (producers skip their NOTIFY) or
-		// idle (busy.go).
+		// The claimer's wish first: busy (the idle lock given up, producers
+		// queue no wake-up) or waiting (busy.go).
 		if err := d.syncBusy(ctx, bc); err != nil {
 			return err
 		}
@@ -97,10 +99,11 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		// forwarding would otherwise wait here for ever while the claimer
 		// believes NOTIFY still works. A timed-out wait leaves the
 		// connection usable (pgconn closes it only on other errors). A new
-		// wish of the claimer ends the wait early; so does a busy lock not
-		// taken (a producer was checking it at that instant), to try again.
+		// wish of the claimer ends the wait early; so does an idle lock
+		// not taken (producers' transactions in flight, or another relay's),
+		// to try again.
 		wait := d.cfg.ListenPing
-		if d.busy.want.Load() && !bc.held && d.busy.listening.Load() {
+		if !d.busy.want.Load() && !bc.held {
 			wait = min(wait, bc.retry())
 		}
 		wctx, cancel := context.WithTimeout(ctx, wait)

@@ -211,9 +211,22 @@ END $$`)
 	}
 }
 
-// listen returns a counter of the notifications on channel outbox received
-// since its last call (it waits until 300 ms pass without one).
+// listen LISTENs on channel outbox as an idle relay does: holding the idle
+// lock (OutboxWakeIdle), so producers notify. It returns a counter of the
+// notifications received since its last call (it waits until 300 ms pass
+// without one).
 func listen(t *testing.T, url string) func() int {
+	t.Helper()
+	listener, count := listenOnly(t, url)
+	if r, err := db.New(listener).OutboxWakeIdle(context.Background()); err != nil || !r.Held {
+		t.Fatalf("OutboxWakeIdle = %+v, %v; want the idle lock held", r, err)
+	}
+	return count
+}
+
+// listenOnly LISTENs on channel outbox without the idle lock, and returns
+// its connection and the counter listen returns.
+func listenOnly(t *testing.T, url string) (*pgx.Conn, func() int) {
 	t.Helper()
 	ctx := context.Background()
 	listener, err := pgx.Connect(ctx, url)
@@ -224,7 +237,7 @@ func listen(t *testing.T, url string) func() int {
 	if _, err := listener.Exec(ctx, "LISTEN outbox"); err != nil {
 		t.Fatal(err)
 	}
-	return func() int {
+	return listener, func() int {
 		n := 0
 		for {
 			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
