@@ -262,6 +262,10 @@ func run() error {
 	if _, err := listen.Exec(ctx, "LISTEN billing_outbox"); err != nil {
 		return err
 	}
+	// As an idle relay: producers notify only while one holds the idle lock.
+	if r, err := billingoutbox.New(listen).BillingOutboxWakeIdle(ctx); err != nil || !r.Held {
+		return fmt.Errorf("the idle lock: %+v, %v", r, err)
+	}
 	conn, err := pgx.Connect(ctx, os.Args[1])
 	if err != nil {
 		return err
@@ -311,6 +315,10 @@ func run() error {
 	// triggers' once-per-transaction flags and throttles are per table.
 	if _, err := listen.Exec(ctx, "LISTEN outbox"); err != nil {
 		return err
+	}
+	var held bool
+	if err := listen.QueryRow(ctx, "SELECT pg_try_advisory_lock('outbox'::regclass::oid::integer, 1869968485)").Scan(&held); err != nil || !held {
+		return fmt.Errorf("the idle lock of outbox: %v, %v", held, err)
 	}
 	both, err := pgx.Connect(ctx, os.Args[1])
 	if err != nil {

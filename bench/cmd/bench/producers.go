@@ -73,7 +73,7 @@ func (c producerCase) events() int { return max(c.PerTx, 1) }
 
 // ordered reports whether the case writes ordered events.
 func (c producerCase) ordered() bool {
-	return !strings.HasSuffix(strings.TrimSuffix(c.Name, "-busy"), "unordered")
+	return !strings.HasSuffix(strings.TrimSuffix(c.Name, "-idle"), "unordered")
 }
 
 // runProducers is item 4b. Rounds are interleaved (every case once per
@@ -107,9 +107,9 @@ func runProducers(ctx context.Context, e *env) error {
 	cases := []*producerCase{
 		{Name: "plain", PerTx: 1},
 		{Name: "unordered", Schema: "before", PerTx: 1}, {Name: "unordered", Schema: "after", PerTx: 1},
-		{Name: "unordered-busy", Schema: "after", PerTx: 1},
+		{Name: "unordered-idle", Schema: "after", PerTx: 1},
 		{Name: "ordered", Schema: "before", PerTx: 1}, {Name: "ordered", Schema: "after", PerTx: 1},
-		{Name: "ordered-busy", Schema: "after", PerTx: 1},
+		{Name: "ordered-idle", Schema: "after", PerTx: 1},
 		{Name: "ordered-hot", Schema: "before", PerTx: 1}, {Name: "ordered-hot", Schema: "after", PerTx: 1},
 		{Name: "flush-bound", PerTx: 1},
 	}
@@ -195,11 +195,13 @@ func produceRound(ctx context.Context, pool *pgxpool.Pool, kind string, dur time
 		table, clients = "bench_plain", 1
 		insert = `INSERT INTO bench_plain (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', $1, 'benchmark', $2)`
 	}
-	if strings.HasSuffix(kind, "-busy") {
-		// A relay busy (migration 00013): a session holds the busy lock as
-		// a relay's LISTEN connection does while it claims without waiting,
-		// so the producers' COMMITs skip their NOTIFY.
-		release, err := holdBusy(ctx, pool)
+	if strings.HasSuffix(kind, "-idle") {
+		// A relay waiting idle (migration 00015): a session holds the idle
+		// lock as a relay's LISTEN connection does while it waits for a
+		// wake-up, so every producer transaction queues one (the COMMITs
+		// notify, one notifier at a time). Without it no relay waits: the
+		// same as relays that are all busy claiming.
+		release, err := holdIdle(ctx, pool)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -298,17 +300,17 @@ func checkSequenced(ctx context.Context, pool *pgxpool.Pool, ordered, positions 
 	return nil
 }
 
-// holdBusy takes the busy lock of queries/wake.sql (OutboxWakeBusy) on a
+// holdIdle takes the idle lock of queries/wake.sql (OutboxWakeIdle) on a
 // connection of its own until release.
-func holdBusy(ctx context.Context, pool *pgxpool.Pool) (func(), error) {
+func holdIdle(ctx context.Context, pool *pgxpool.Pool) (func(), error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared(('outbox'::regclass)::oid::integer, 1869968483)`).Scan(&ok); err != nil || !ok {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485)`).Scan(&ok); err != nil || !ok {
 		conn.Release()
-		return nil, fmt.Errorf("the busy lock: taken %v, %v", ok, err)
+		return nil, fmt.Errorf("the idle lock: taken %v, %v", ok, err)
 	}
 	return func() {
 		_, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock_all()`)
