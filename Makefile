@@ -110,7 +110,7 @@ bench:
 ## bench-producers: item 4b alone, what an outbox INSERT (and a COPY of 100
 ## and 1,000 events through EnqueueMany) costs a producer against a plain
 ## table, before (migration 00009) and after (this build), with and without
-## a relay busy (one throwaway PostgreSQL, about 6 minutes); prints its
+## a relay waiting idle (one throwaway PostgreSQL, about 6 minutes); prints its
 ## tables, writes nothing. bench/insert-cpu.sh reads the server CPU per
 ## transaction instead, against a scratch database.
 bench-producers:

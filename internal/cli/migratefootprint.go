@@ -36,6 +36,7 @@ var (
 	addColRe    = regexp.MustCompile(`(?i)\bADD\s+COLUMN\s+(?:IF\s+NOT\s+EXISTS\s+)?([a-zA-Z0-9_"]+)`)
 	addConRe    = regexp.MustCompile(`(?i)\bADD\s+CONSTRAINT\s+([a-zA-Z0-9_"]+)`)
 	dropColRe   = regexp.MustCompile(`(?i)\bDROP\s+COLUMN\s+(?:IF\s+EXISTS\s+)?([a-zA-Z0-9_"]+)`)
+	dropConRe   = regexp.MustCompile(`(?i)\bDROP\s+CONSTRAINT\s+(?:IF\s+EXISTS\s+)?([a-zA-Z0-9_"]+)`)
 	lineComment = regexp.MustCompile(`--[^\n]*`)
 )
 
@@ -96,6 +97,10 @@ func footprints(fsys fs.FS) ([]string, map[string][]schemaObject, error) {
 		}
 		for _, m := range dropColRe.FindAllStringSubmatch(up, -1) {
 			o := schemaObject{kind: "column", name: bareName(m[1])}
+			dropped[o] = append(dropped[o], i)
+		}
+		for _, m := range dropConRe.FindAllStringSubmatch(up, -1) {
+			o := schemaObject{kind: "constraint", name: bareName(m[1])}
 			dropped[o] = append(dropped[o], i)
 		}
 	}
