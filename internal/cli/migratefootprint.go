@@ -24,10 +24,12 @@ import (
 // which migrations the table has, whoever applied them.
 
 // schemaObject is one object of a footprint: it must exist, or with absent
-// it must not.
+// it must not. With until, the object is one a later migration drops (the
+// one named until): it must exist unless that migration is applied.
 type schemaObject struct {
 	kind, name string
 	absent     bool
+	until      string
 }
 
 var (
@@ -110,14 +112,17 @@ func footprints(fsys fs.FS) ([]string, map[string][]schemaObject, error) {
 			if len(created[o]) != 1 {
 				continue // created again later (or before): no proof of this one
 			}
-			gone := false
+			last := -1
 			for _, d := range dropped[o] {
-				if d >= i {
-					gone = true
-				}
+				last = max(last, d)
 			}
-			if !gone {
+			switch {
+			case last < 0:
 				out[n] = append(out[n], o)
+			case last > i:
+				// Dropped by a later migration: present until that one is
+				// applied (migrations apply in order).
+				out[n] = append(out[n], schemaObject{kind: o.kind, name: o.name, until: names[last]})
 			}
 		}
 	}
@@ -171,17 +176,26 @@ func readFootprint(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, relation
 		present[schemaObject{kind: r.Kind, name: r.Name}] = r.Present
 	}
 	st := footprintStatus{names: names, state: map[string]string{}}
-	for _, n := range names {
+	// Last to first: an object a later migration drops proves an earlier
+	// one by its presence, or by the later one's being applied.
+	for i := len(names) - 1; i >= 0; i-- {
+		n := names[i]
 		if len(fp[n]) == 0 {
 			st.state[n] = "unknown"
 			continue
 		}
 		st.state[n] = "applied"
 		for _, o := range fp[n] {
-			if present[schemaObject{kind: o.kind, name: o.name}] == o.absent {
+			has := present[schemaObject{kind: o.kind, name: o.name}]
+			if o.until != "" && !has && st.state[o.until] == "applied" {
+				continue
+			}
+			if has == o.absent {
 				st.state[n] = "missing"
 			}
 		}
+	}
+	for _, n := range names {
 		if st.state[n] == "missing" {
 			st.missing = append(st.missing, n)
 		}
