@@ -44,6 +44,7 @@ type busyState struct {
 	want      atomic.Bool   // the claimer's wish: busy (the idle lock given up)
 	canBusy   atomic.Bool   // this relay may give the lock up (it claims both kinds)
 	asked     atomic.Bool   // the claimer waits for the lock to be taken
+	settled   atomic.Bool   // the lock is held (or another relay's) and claimed after: waiting need not ask
 	listening atomic.Bool   // the listener is connected and serving wishes
 	poke      chan struct{} // cap 1: a wish changed
 	idle      chan bool     // cap 1: the answer to asked
@@ -94,7 +95,7 @@ func (b *busyState) pausing() {
 // listener is connected (the claimer polls), and after busyAckTimeout.
 func (b *busyState) waiting(ctx context.Context) bool {
 	b.want.Store(false)
-	if !b.listening.Load() {
+	if !b.listening.Load() || b.settled.Load() {
 		return false
 	}
 	select { // a stale answer
@@ -183,6 +184,7 @@ func (d *Dispatcher) takeIdle(ctx context.Context, bc *busyConn, await bool) (bo
 // reconnects (the server releases the lock with the connection).
 func (d *Dispatcher) syncBusy(ctx context.Context, bc *busyConn) error {
 	if d.busy.want.Load() {
+		d.busy.settled.Store(false) // before the lock goes: waiting asks again
 		if bc.held {
 			cctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
 			_, err := bc.q.OutboxWakeBusy(cctx)
@@ -196,25 +198,42 @@ func (d *Dispatcher) syncBusy(ctx context.Context, bc *busyConn) error {
 		return nil
 	}
 	asked := d.busy.asked.Swap(false)
+	answer := func(again bool) {
+		if asked {
+			select {
+			case d.busy.idle <- again:
+			default:
+			}
+		}
+	}
+	covered := bc.held
 	if !bc.held {
-		covered, err := d.takeIdle(ctx, bc, asked)
+		c, err := d.takeIdle(ctx, bc, asked)
 		if err != nil {
 			return err
 		}
-		if !covered {
-			bc.covered = false
-		}
+		covered = c
 	}
-	if !asked {
+	switch {
+	case !covered:
+		// Producers in flight keep the lock: claim once more anyway (what
+		// they commit is claimed by the next tries and polls).
+		bc.covered = false
+		d.busy.settled.Store(false)
+		answer(true)
 		return nil
-	}
-	// Claim once more when the lock was not held all along: commits of
-	// producers that found it free did not notify.
-	again := !bc.covered
-	bc.covered = true
-	select {
-	case d.busy.idle <- again:
+	case !bc.covered:
+		// Covered again after a time without the lock: commits of that
+		// time did not notify. Claim once more.
+		bc.covered = true
+		if asked {
+			answer(true)
+		} else {
+			d.wakeUp()
+		}
 	default:
+		answer(false)
 	}
+	d.busy.settled.Store(true)
 	return nil
 }

@@ -76,13 +76,16 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	}
 	// The idle lock before the first claim: from here on producers notify
 	// (busy.go), and the claim below sees what they committed before.
-	if _, err := d.takeIdle(ctx, bc, true); err != nil {
+	covered, err := d.takeIdle(ctx, bc, true)
+	if err != nil {
 		return err
 	}
-	bc.covered = true
+	bc.covered = covered // if not, taken by a later try, which wakes the claimer
+	d.busy.settled.Store(covered)
 	d.busy.canBusy.Store(d.cfg.Claim == ClaimAll)
 	d.busy.listening.Store(true)
 	defer d.busy.listening.Store(false)
+	defer d.busy.settled.Store(false)
 	d.log.Debug("listening", slog.String("channel", d.cfg.Channel))
 	d.notified()
 	// Counted after the wake-up is armed: whoever sees Stats().Listens move
