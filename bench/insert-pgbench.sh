@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# insert-pgbench.sh: what an outbox INSERT costs a producer's transaction,
+# measured with pgbench (a C client: less client CPU beside the server than
+# the Go benchmark's item 4b) against the same row into a table with only a
+# primary key. 8 clients, one INSERT per transaction (prepared), rounds of
+# SECONDS interleaved (plain, unordered, ordered), CHECKPOINT before each;
+# prints every round and the medians: transactions per second, the ratio to
+# the plain round of the same round, WAL bytes per transaction, and the
+# server's CPU per transaction (the backends' CPU time, read from the
+# postmaster's children's times in /proc: run it on the database host).
+#
+#   bench/insert-pgbench.sh postgres://postgres@127.0.0.1:5432/scratch [ROUNDS] [SECONDS]
+#
+# The database must be a scratch one with the pgoutbox migrations applied
+# (pgoutbox migrate up): the script empties outbox and creates and empties
+# bench_insert_plain. No relay may run against it: producers then queue no
+# wake-up, as while relays are busy claiming.
+set -euo pipefail
+url=${1:?usage: insert-pgbench.sh DATABASE_URL [ROUNDS] [SECONDS]}
+rounds=${2:-5}
+secs=${3:-5}
+psql=(psql "$url" -qtAX -v ON_ERROR_STOP=1)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"${psql[@]}" -c "SET client_min_messages = warning" -c "CREATE TABLE IF NOT EXISTS bench_insert_plain (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, aggregate_type text NOT NULL,
+    aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now())" >/dev/null
+cat >"$tmp/plain.sql" <<'SQL'
+\set a random(1, 100)
+INSERT INTO bench_insert_plain (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}');
+SQL
+for o in false true; do
+	cat >"$tmp/$o.sql" <<SQL
+\\set a random(1, 100)
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered) VALUES ('bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}', $o);
+SQL
+done
+postmaster=$("${psql[@]}" -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'" | xargs ps -o ppid= -p | tr -d ' ')
+hz=$(getconf CLK_TCK)
+children() { awk '{print $16 + $17}' "/proc/$postmaster/stat"; }
+
+# round TABLE SCRIPT -> "tx/s WAL/tx cpu-us/tx"
+round() {
+	"${psql[@]}" -c "TRUNCATE $1" -c "VACUUM ANALYZE $1" -c "CHECKPOINT"
+	local l0 l1 c0 c1 out n tps
+	sleep 1
+	c0=$(children)
+	l0=$("${psql[@]}" -c "SELECT pg_current_wal_lsn()")
+	out=$(pgbench -n -M prepared -c 8 -j 2 -T "$secs" -f "$2" "$url" 2>&1)
+	sleep 1 # the postmaster collects the backends' times once they exit
+	c1=$(children)
+	l1=$("${psql[@]}" -c "SELECT pg_current_wal_lsn()")
+	n=$(awk '/number of transactions actually processed/ {split($6, a, "/"); print a[1]}' <<<"$out")
+	tps=$(awk '/^tps/ {print $3}' <<<"$out")
+	"${psql[@]}" -c "SELECT round($tps), round(pg_wal_lsn_diff('$l1', '$l0') / $n), round(($c1 - $c0) * 1000000.0 / $hz / $n)" | tr '|' ' '
+}
+
+printf '%-6s %-10s %8s %7s %8s %12s\n' round case 'tx/s' 'vs plain' 'WAL B/tx' 'server us/tx'
+for r in $(seq "$rounds"); do
+	read -r ptps pwal pcpu < <(round bench_insert_plain "$tmp/plain.sql")
+	printf '%-6s %-10s %8s %7s %8s %12s\n' "$r" plain "$ptps" 1.00 "$pwal" "$pcpu"
+	echo "plain $ptps 1 $pwal $pcpu" >>"$tmp/all"
+	for o in false true; do
+		name=unordered
+		[ "$o" = true ] && name=ordered
+		read -r tps wal cpu < <(round outbox "$tmp/$o.sql")
+		ratio=$(awk -v a="$tps" -v b="$ptps" 'BEGIN {printf "%.2f", a / b}')
+		printf '%-6s %-10s %8s %7s %8s %12s\n' "$r" "$name" "$tps" "$ratio" "$wal" "$cpu"
+		echo "$name $tps $ratio $wal $cpu" >>"$tmp/all"
+	done
+done
+"${psql[@]}" -c "TRUNCATE outbox, bench_insert_plain"
+median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+echo "medians of $rounds rounds:"
+for c in plain unordered ordered; do
+	printf '%-6s %-10s %8s %7s %8s %12s\n' median "$c" \
+		"$(awk -v c=$c '$1 == c {print $2}' "$tmp/all" | median)" \
+		"$(awk -v c=$c '$1 == c {print $3}' "$tmp/all" | median)" \
+		"$(awk -v c=$c '$1 == c {print $4}' "$tmp/all" | median)" \
+		"$(awk -v c=$c '$1 == c {print $5}' "$tmp/all" | median)"
+done
