@@ -239,10 +239,13 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 	}
 	defer relay.Close(ctx)
 
-	// LISTEN as the relay, Enqueue as the producer: the NOTIFY arrives.
+	// LISTEN as the relay and hold the idle lock as an idle relay does,
+	// Enqueue as the producer: the NOTIFY arrives.
 	if _, err := relay.Exec(ctx, "LISTEN outbox"); err != nil {
 		add("relay: LISTEN outbox", false, err.Error())
 	}
+	idle, err := db.New(relay).OutboxWakeIdle(ctx)
+	add("relay: takes the idle lock (OutboxWakeIdle)", err == nil && (idle.Held || idle.OtherRelay), fmt.Sprintf("%+v %s", idle, errText(err)))
 	tx, err := prod.Begin(ctx)
 	if err != nil {
 		return nil, err

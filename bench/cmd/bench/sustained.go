@@ -253,12 +253,16 @@ func logSustained(st sustainedStep) {
 
 // triggerVariant is one wake-up trigger setup for item 2b. setup runs before
 // the measurement and undo after it.
+// With idle, the listening connection holds the idle lock (migration
+// 00015) as an idle relay's does, so producers queue their wake-ups.
 type triggerVariant struct {
 	name, setup, undo string
+	idle              bool
 }
 
 var triggerVariants = []triggerVariant{
-	{name: "as shipped (00003: once per transaction, skipped while another commit notifies)"},
+	{name: "as shipped, no relay waiting idle (00015: no wake-up queued)"},
+	{name: "as shipped, a relay waiting idle (00003: once per transaction, skipped while another commit notifies)", idle: true},
 	{
 		name:  "00002: NOTIFY in every inserting transaction",
 		setup: "ALTER TABLE outbox DISABLE TRIGGER outbox_notify; CREATE TRIGGER bench_notify_every_tx AFTER INSERT ON outbox FOR EACH STATEMENT EXECUTE FUNCTION outbox_notify()",
@@ -299,6 +303,12 @@ func runProducerCeiling(ctx context.Context, e *env, v triggerVariant, d time.Du
 	defer lconn.Close(context.WithoutCancel(ctx))
 	if _, err := lconn.Exec(ctx, "LISTEN outbox"); err != nil {
 		return c, err
+	}
+	if v.idle {
+		var held bool
+		if err := lconn.QueryRow(ctx, "SELECT pg_try_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485)").Scan(&held); err != nil || !held {
+			return c, fmt.Errorf("2b: the idle lock: %v, %v", held, err)
+		}
 	}
 	var notes atomic.Int64
 	lctx, lcancel := context.WithCancel(ctx)
