@@ -17,8 +17,8 @@ ALTER TABLE outbox
 
 -- The commit-order trigger's WHEN function runs for every ordered row
 -- inserted; it calls built-in functions only, so it needs no search_path
--- of its own (setting one for each call cost a tenth of an ordered
--- INSERT's server time).
+-- of its own (setting and restoring one for each call cost 3-11% of an
+-- ordered one-row INSERT's server time).
 ALTER FUNCTION outbox_commit_span(bigint, oid) RESET search_path;
 
 -- +goose Down
