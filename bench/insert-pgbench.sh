@@ -9,11 +9,22 @@
 # server's CPU per transaction (the backends' CPU time, read from the
 # postmaster's children's times in /proc: run it on the database host).
 #
+# Two reference tables show where the difference to a plain insert goes:
+# - leased: the smallest table a leased queue needs (the lease and fencing
+#   columns: status with its CHECK, attempts, available_at, lease_owner,
+#   lease_until, lease_version) and one partial index for its claim; no
+#   triggers. What any outbox with leases and fencing pays.
+# - untriggered: outbox's own columns, CHECK constraint and indexes
+#   (CREATE TABLE ... (LIKE outbox INCLUDING ALL)), without its triggers
+#   (commit order, wake-up). Against leased: the cost of the indexes of
+#   ordering, the claim lanes and monitoring; against unordered: the
+#   triggers'.
+#
 #   bench/insert-pgbench.sh postgres://postgres@127.0.0.1:5432/scratch [ROUNDS] [SECONDS]
 #
 # The database must be a scratch one with the pgoutbox migrations applied
 # (pgoutbox migrate up): the script empties outbox and creates and empties
-# bench_insert_plain. No relay may run against it: producers then queue no
+# bench_insert_plain, bench_insert_leased and bench_insert_untriggered. No relay may run against it: producers then queue no
 # wake-up, as while relays are busy claiming.
 set -euo pipefail
 url=${1:?usage: insert-pgbench.sh DATABASE_URL [ROUNDS] [SECONDS]}
@@ -26,10 +37,24 @@ trap 'rm -rf "$tmp"' EXIT
 "${psql[@]}" -c "SET client_min_messages = warning" -c "CREATE TABLE IF NOT EXISTS bench_insert_plain (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, aggregate_type text NOT NULL,
     aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now())" >/dev/null
-cat >"$tmp/plain.sql" <<'SQL'
+    created_at timestamptz NOT NULL DEFAULT now())" -c "CREATE TABLE IF NOT EXISTS bench_insert_leased (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, aggregate_type text NOT NULL,
+    aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'processing', 'done', 'dead')),
+    available_at timestamptz NOT NULL DEFAULT now(), attempts integer NOT NULL DEFAULT 0,
+    lease_owner text, lease_until timestamptz, lease_version bigint NOT NULL DEFAULT 0)" \
+	-c "CREATE INDEX IF NOT EXISTS bench_insert_leased_pending ON bench_insert_leased (available_at, id) WHERE status = 'pending'" \
+	-c "DROP TABLE IF EXISTS bench_insert_untriggered" -c "CREATE TABLE bench_insert_untriggered (LIKE outbox INCLUDING ALL)" >/dev/null
+for t in plain leased; do
+	cat >"$tmp/$t.sql" <<SQL
+\\set a random(1, 100)
+INSERT INTO bench_insert_$t (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}');
+SQL
+done
+cat >"$tmp/untriggered.sql" <<'SQL'
 \set a random(1, 100)
-INSERT INTO bench_insert_plain (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}');
+INSERT INTO bench_insert_untriggered (aggregate_type, aggregate_id, event_type, payload, ordered) VALUES ('bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}', false);
 SQL
 for o in false true; do
 	cat >"$tmp/$o.sql" <<SQL
@@ -57,25 +82,28 @@ round() {
 	"${psql[@]}" -c "SELECT round($tps), round(pg_wal_lsn_diff('$l1', '$l0') / $n), round(($c1 - $c0) * 1000000.0 / $hz / $n)" | tr '|' ' '
 }
 
-printf '%-6s %-10s %8s %7s %8s %12s\n' round case 'tx/s' 'vs plain' 'WAL B/tx' 'server us/tx'
+printf '%-6s %-11s %8s %7s %8s %12s\n' round case 'tx/s' 'vs plain' 'WAL B/tx' 'server us/tx'
 for r in $(seq "$rounds"); do
 	read -r ptps pwal pcpu < <(round bench_insert_plain "$tmp/plain.sql")
-	printf '%-6s %-10s %8s %7s %8s %12s\n' "$r" plain "$ptps" 1.00 "$pwal" "$pcpu"
+	printf '%-6s %-11s %8s %7s %8s %12s\n' "$r" plain "$ptps" 1.00 "$pwal" "$pcpu"
 	echo "plain $ptps 1 $pwal $pcpu" >>"$tmp/all"
-	for o in false true; do
-		name=unordered
-		[ "$o" = true ] && name=ordered
-		read -r tps wal cpu < <(round outbox "$tmp/$o.sql")
+	for name in leased untriggered unordered ordered; do
+		case $name in
+		leased | untriggered) table=bench_insert_$name script=$tmp/$name.sql ;;
+		unordered) table=outbox script=$tmp/false.sql ;;
+		ordered) table=outbox script=$tmp/true.sql ;;
+		esac
+		read -r tps wal cpu < <(round "$table" "$script")
 		ratio=$(awk -v a="$tps" -v b="$ptps" 'BEGIN {printf "%.2f", a / b}')
-		printf '%-6s %-10s %8s %7s %8s %12s\n' "$r" "$name" "$tps" "$ratio" "$wal" "$cpu"
+		printf '%-6s %-11s %8s %7s %8s %12s\n' "$r" "$name" "$tps" "$ratio" "$wal" "$cpu"
 		echo "$name $tps $ratio $wal $cpu" >>"$tmp/all"
 	done
 done
-"${psql[@]}" -c "TRUNCATE outbox, bench_insert_plain"
+"${psql[@]}" -c "TRUNCATE outbox, bench_insert_plain, bench_insert_leased" -c "DROP TABLE bench_insert_untriggered"
 median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 echo "medians of $rounds rounds:"
-for c in plain unordered ordered; do
-	printf '%-6s %-10s %8s %7s %8s %12s\n' median "$c" \
+for c in plain leased untriggered unordered ordered; do
+	printf '%-6s %-11s %8s %7s %8s %12s\n' median "$c" \
 		"$(awk -v c=$c '$1 == c {print $2}' "$tmp/all" | median)" \
 		"$(awk -v c=$c '$1 == c {print $3}' "$tmp/all" | median)" \
 		"$(awk -v c=$c '$1 == c {print $4}' "$tmp/all" | median)" \
