@@ -22,7 +22,7 @@ type State string
 const (
 	StateStarting State = "starting" // being checked before its dispatcher starts
 	StateRunning  State = "running"  // its dispatcher runs
-	StateFailing  State = "failing"  // cannot be served; checked again after a backoff
+	StateFailing  State = "failing"  // cannot be served; checked again after a backoff (failing until a check passes)
 	StateStopped  State = "stopped"  // no longer served (removed, or the fleet stopped)
 )
 
@@ -70,7 +70,14 @@ func (m *member) run(ctx context.Context) {
 	defer m.set(StateStopped, "")
 	cfg := m.f.cfg
 	for ctx.Err() == nil {
-		m.set(StateStarting, "")
+		// A database that failed stays reported failing, with its reason,
+		// while it is checked again: it is not served until the check passes.
+		m.mu.Lock()
+		first := m.failures == 0
+		m.mu.Unlock()
+		if first {
+			m.set(StateStarting, "")
+		}
 		err := m.serve(ctx)
 		if ctx.Err() != nil {
 			return
