@@ -93,18 +93,22 @@ func TestNotify_ConcurrentCommitsShareNotifications(t *testing.T) {
 	ctx := context.Background()
 	count := listen(t, url)
 	const sessions, each = 8, 50
-	var wg sync.WaitGroup
+	var wg, connected sync.WaitGroup
 	errs := make(chan error, sessions)
+	start := make(chan struct{}) // every session connected first: their commits overlap
 	for s := 0; s < sessions; s++ {
 		wg.Add(1)
+		connected.Add(1)
 		go func() {
 			defer wg.Done()
 			conn, err := pgx.Connect(ctx, url)
+			connected.Done()
 			if err != nil {
 				errs <- err
 				return
 			}
 			defer conn.Close(ctx)
+			<-start
 			for i := 0; i < each; i++ {
 				if _, err := conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"); err != nil {
 					errs <- err
@@ -113,6 +117,8 @@ func TestNotify_ConcurrentCommitsShareNotifications(t *testing.T) {
 			}
 		}()
 	}
+	connected.Wait()
+	close(start)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
