@@ -3,7 +3,10 @@
 # measured with pgbench (a C client: less client CPU beside the server than
 # the Go benchmark's item 4b) against the same row into a table with only a
 # primary key. 8 clients, one INSERT per transaction (prepared), rounds of
-# SECONDS interleaved (plain, unordered, ordered), CHECKPOINT before each;
+# SECONDS interleaved (plain, leased, untriggered, unordered, ordered over
+# distinct aggregates, ordered into one hot aggregate, and the WAL-flush
+# bound: one session inserting plain rows, each commit waiting for its own
+# flush, as a hot aggregate's commits must), CHECKPOINT before each;
 # prints every round and the medians: transactions per second, the ratio to
 # the plain round of the same round, WAL bytes per transaction, and the
 # server's CPU per transaction (the backends' CPU time, read from the
@@ -62,18 +65,21 @@ for o in false true; do
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered) VALUES ('bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}', $o);
 SQL
 done
+cat >"$tmp/hot.sql" <<'SQL'
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered) VALUES ('bench', 'hot', 'benchmark', '{"num":1}', true);
+SQL
 postmaster=$("${psql[@]}" -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'" | xargs ps -o ppid= -p | tr -d ' ')
 hz=$(getconf CLK_TCK)
 children() { awk '{print $16 + $17}' "/proc/$postmaster/stat"; }
 
-# round TABLE SCRIPT -> "tx/s WAL/tx cpu-us/tx"
+# round TABLE SCRIPT [CLIENTS] -> "tx/s WAL/tx cpu-us/tx"
 round() {
 	"${psql[@]}" -c "TRUNCATE $1" -c "VACUUM ANALYZE $1" -c "CHECKPOINT"
 	local l0 l1 c0 c1 out n tps
 	sleep 1
 	c0=$(children)
 	l0=$("${psql[@]}" -c "SELECT pg_current_wal_lsn()")
-	out=$(pgbench -n -M prepared -c 8 -j 2 -T "$secs" -f "$2" "$url" 2>&1)
+	out=$(pgbench -n -M prepared -c "${3:-8}" -j "$(( ${3:-8} < 2 ? 1 : 2 ))" -T "$secs" -f "$2" "$url" 2>&1)
 	sleep 1 # the postmaster collects the backends' times once they exit
 	c1=$(children)
 	l1=$("${psql[@]}" -c "SELECT pg_current_wal_lsn()")
@@ -87,13 +93,16 @@ for r in $(seq "$rounds"); do
 	read -r ptps pwal pcpu < <(round bench_insert_plain "$tmp/plain.sql")
 	printf '%-6s %-11s %8s %7s %8s %12s\n' "$r" plain "$ptps" 1.00 "$pwal" "$pcpu"
 	echo "plain $ptps 1 $pwal $pcpu" >>"$tmp/all"
-	for name in leased untriggered unordered ordered; do
+	for name in leased untriggered unordered ordered hot flush-bound; do
+		clients=8
 		case $name in
 		leased | untriggered) table=bench_insert_$name script=$tmp/$name.sql ;;
 		unordered) table=outbox script=$tmp/false.sql ;;
 		ordered) table=outbox script=$tmp/true.sql ;;
+		hot) table=outbox script=$tmp/hot.sql ;;
+		flush-bound) table=bench_insert_plain script=$tmp/plain.sql clients=1 ;;
 		esac
-		read -r tps wal cpu < <(round "$table" "$script")
+		read -r tps wal cpu < <(round "$table" "$script" "$clients")
 		ratio=$(awk -v a="$tps" -v b="$ptps" 'BEGIN {printf "%.2f", a / b}')
 		printf '%-6s %-11s %8s %7s %8s %12s\n' "$r" "$name" "$tps" "$ratio" "$wal" "$cpu"
 		echo "$name $tps $ratio $wal $cpu" >>"$tmp/all"
@@ -102,10 +111,13 @@ done
 "${psql[@]}" -c "TRUNCATE outbox, bench_insert_plain, bench_insert_leased" -c "DROP TABLE bench_insert_untriggered"
 median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 echo "medians of $rounds rounds:"
-for c in plain leased untriggered unordered ordered; do
+for c in plain leased untriggered unordered ordered hot flush-bound; do
 	printf '%-6s %-11s %8s %7s %8s %12s\n' median "$c" \
 		"$(awk -v c=$c '$1 == c {print $2}' "$tmp/all" | median)" \
 		"$(awk -v c=$c '$1 == c {print $3}' "$tmp/all" | median)" \
 		"$(awk -v c=$c '$1 == c {print $4}' "$tmp/all" | median)" \
 		"$(awk -v c=$c '$1 == c {print $5}' "$tmp/all" | median)"
 done
+hot=$(awk '$1 == "hot" {print $2}' "$tmp/all" | median)
+bound=$(awk '$1 == "flush-bound" {print $2}' "$tmp/all" | median)
+awk -v h="$hot" -v b="$bound" 'BEGIN {printf "one hot aggregate: %d tx/s, %.0f%% of the WAL-flush bound (one session, plain inserts: %d tx/s)\n", h, 100 * h / b, b}'
