@@ -19,16 +19,17 @@
 #   triggers. What any outbox with leases and fencing pays.
 # - untriggered: outbox's own columns, CHECK constraint and indexes
 #   (CREATE TABLE ... (LIKE outbox INCLUDING ALL)), without its triggers
-#   (commit order, wake-up). Against leased: the cost of the indexes of
-#   ordering, the claim lanes and monitoring; against unordered: the
-#   triggers'.
+#   (commit order, wake-up). Against leased: the cost of the columns and
+#   indexes of ordering, the claim lanes and monitoring; against unordered:
+#   the triggers'.
 #
 #   bench/insert-pgbench.sh postgres://postgres@127.0.0.1:5432/scratch [ROUNDS] [SECONDS]
 #
 # The database must be a scratch one with the pgoutbox migrations applied
 # (pgoutbox migrate up): the script empties outbox and creates and empties
-# bench_insert_plain, bench_insert_leased and bench_insert_untriggered. No relay may run against it: producers then queue no
-# wake-up, as while relays are busy claiming.
+# bench_insert_plain, bench_insert_leased and bench_insert_untriggered. No
+# relay may run against it: producers then queue no wake-up, as while
+# relays are busy claiming.
 set -euo pipefail
 url=${1:?usage: insert-pgbench.sh DATABASE_URL [ROUNDS] [SECONDS]}
 rounds=${2:-5}
