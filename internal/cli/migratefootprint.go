@@ -117,7 +117,9 @@ func footprints(fsys fs.FS) ([]string, map[string][]schemaObject, error) {
 				last = max(last, d)
 			}
 			switch {
-			case last < 0:
+			case last < i:
+				// Never dropped, or dropped before this migration created
+				// it again.
 				out[n] = append(out[n], o)
 			case last > i:
 				// Dropped by a later migration: present until that one is
