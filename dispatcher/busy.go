@@ -46,6 +46,8 @@ type busyState struct {
 	asked     atomic.Bool   // the claimer waits for the lock to be taken
 	settled   atomic.Bool   // the lock is held (or another relay's) and claimed after: waiting need not ask
 	listening atomic.Bool   // the listener is connected and serving wishes
+	wishes    atomic.Int64  // counts the claimer's changes of want and asked
+	synced    atomic.Int64  // the wishes the listener had seen when it last acted on them
 	poke      chan struct{} // cap 1: a wish changed
 	idle      chan bool     // cap 1: the answer to asked
 }
@@ -55,6 +57,7 @@ func newBusyState() busyState {
 }
 
 func (b *busyState) signal() {
+	b.wishes.Add(1)
 	select {
 	case b.poke <- struct{}{}:
 	default:

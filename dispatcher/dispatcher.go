@@ -311,7 +311,8 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 			case <-d.freed:
 			case <-ctx.Done():
 			case <-time.After(busyRoomWait):
-				d.busy.pausing() // full for a while: producers wake the other relays
+				d.metrics.roomWaits.Add(1) // before pausing: whoever sees the idle lock taken sees it counted
+				d.busy.pausing()           // full for a while: producers wake the other relays
 				select {
 				case <-d.freed:
 				case <-ctx.Done():

@@ -94,9 +94,11 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	for {
 		// The claimer's wish first: busy (the idle lock given up, producers
 		// queue no wake-up) or waiting (busy.go).
+		wishes := d.busy.wishes.Load()
 		if err := d.syncBusy(ctx, bc); err != nil {
 			return err
 		}
+		d.busy.synced.Store(wishes)
 		// Wait at most ListenPing for a notification, then check that the
 		// server still answers: a connection that silently stopped
 		// forwarding would otherwise wait here for ever while the claimer

@@ -33,6 +33,7 @@ type Stats struct {
 	Notifications int64 // NOTIFY wake-ups received
 	WakePolls     int64 // short idle waits inside a wake window (Config.WakeWindow)
 	IdleWaits     int64 // idle waits of a full PollInterval (outside a wake window), counted as each begins
+	RoomWaits     int64 // waits for room in flight longer than an instant (publishes, not claims, set the pace; producers notify meanwhile), counted as each begins
 	Listens       int64 // times LISTEN was registered on the listen connection (first connect and reconnects)
 	DBErrors      int64 // transient database errors retried
 	Flushes       int64 // batched finalize statements
@@ -92,7 +93,7 @@ type metrics struct {
 	outcomeAttrs                                                                                                  [numOutcomes]metric.AddOption
 	publishAttrs                                                                                                  [2][]metric.RecordOption // ok=false, ok=true (built once, slices included: a variadic argument built per call escapes, one allocation per publish)
 	claimedN, recovered, heartbeats, notifications, hotPolls, dbErrors, flushes, isolations, unreadable, requeued atomic.Int64
-	idleWaits, listens, repaired, lockWaits                                                                       atomic.Int64
+	idleWaits, listens, repaired, lockWaits, roomWaits                                                            atomic.Int64
 
 	mu    sync.Mutex
 	queue QueueStats
@@ -301,7 +302,7 @@ func (d *Dispatcher) Stats() Stats {
 		Notifications: m.notifications.Load(), WakePolls: m.hotPolls.Load(), DBErrors: m.dbErrors.Load(), Flushes: m.flushes.Load(),
 		Isolations: m.isolations.Load(), Unreadable: m.unreadable.Load(), Requeued: m.requeued.Load(), Repaired: m.repaired.Load(), LockWaits: m.lockWaits.Load(),
 		InFlight: d.inFlight.Load(), ClaimSize: d.claimSize.Load(),
-		IdleWaits: m.idleWaits.Load(), Listens: m.listens.Load(),
+		IdleWaits: m.idleWaits.Load(), RoomWaits: m.roomWaits.Load(), Listens: m.listens.Load(),
 		Queue: m.queueStats(),
 	}
 }

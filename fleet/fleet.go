@@ -276,6 +276,7 @@ func addStats(a, b dispatcher.Stats) dispatcher.Stats {
 	a.Notifications += b.Notifications
 	a.WakePolls += b.WakePolls
 	a.IdleWaits += b.IdleWaits
+	a.RoomWaits += b.RoomWaits
 	a.Listens += b.Listens
 	a.DBErrors += b.DBErrors
 	a.Flushes += b.Flushes

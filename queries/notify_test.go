@@ -219,8 +219,7 @@ END $$`)
 
 // listen LISTENs on channel outbox as an idle relay does: holding the idle
 // lock (OutboxWakeIdle), so producers notify. It returns a counter of the
-// notifications received since its last call (it waits until 300 ms pass
-// without one).
+// notifications committed since its last call.
 func listen(t *testing.T, url string) func() int {
 	t.Helper()
 	listener, count := listenOnly(t, url)
@@ -231,30 +230,10 @@ func listen(t *testing.T, url string) func() int {
 }
 
 // listenOnly LISTENs on channel outbox without the idle lock, and returns
-// its connection and the counter listen returns.
+// its connection and the counter listen returns (pgtest.Notifications).
 func listenOnly(t *testing.T, url string) (*pgx.Conn, func() int) {
 	t.Helper()
-	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { listener.Close(ctx) })
-	if _, err := listener.Exec(ctx, "LISTEN outbox"); err != nil {
-		t.Fatal(err)
-	}
-	return listener, func() int {
-		n := 0
-		for {
-			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			_, err := listener.WaitForNotification(wctx)
-			cancel()
-			if err != nil {
-				return n
-			}
-			n++
-		}
-	}
+	return pgtest.Notifications(t, url, "outbox")
 }
 
 func mustExec(t *testing.T, conn interface {
