@@ -51,8 +51,12 @@ func TestLockWait_TimedOutClaimResumesWhereItWas(t *testing.T) {
 		})
 		return nil
 	})
+	// ClaimTimeout is long enough that only the lock makes a claim run out
+	// of it, even on a loaded machine (300 ms once timed a cold first claim
+	// out under the whole suite's load, and it went, rightly, through the
+	// isolation path), and short enough for a quick test.
 	d, _ := b.start(t, rec, fast(dispatcher.Config{Claim: dispatcher.ClaimUnorderedOnly, Batch: 200, BatchMin: 200,
-		ClaimTimeout: 300 * time.Millisecond, SweepInterval: time.Hour, StatsInterval: -1}))
+		ClaimTimeout: 2 * time.Second, SweepInterval: time.Hour, StatsInterval: -1}))
 	waitFor(t, 30*time.Second, "a claim timed out on the lock", func() bool {
 		s := d.Stats()
 		return s.LockWaits > 0 || s.Isolations > 0
