@@ -414,8 +414,10 @@ func classifyAMQPError(e *amqp.Error, exchange, key, exchangeField string) error
 		// resource, or failing itself.
 		return dispatcher.Unavailable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", exchange, e))
 	}
-	if e == amqp.ErrClosed {
-		// The client's "channel/connection is not open": the connection went away.
+	if e == amqp.ErrClosed || (e.Code == amqp.FrameError && !e.Server) {
+		// The client's "channel/connection is not open", or its read or
+		// write on the connection failed (code 501, reason "EOF", a reset):
+		// the connection went away.
 		return dispatcher.Unavailable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", exchange, e))
 	}
 	return dispatcher.Retryable(fmt.Errorf("rabbitmq: publish to exchange %q: %w", exchange, e))

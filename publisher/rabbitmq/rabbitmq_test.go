@@ -624,20 +624,25 @@ func TestNew_WrongCredentialsFailWithoutThePassword(t *testing.T) {
 
 func TestClassifyAMQPError_MapsReplyCodes(t *testing.T) {
 	t.Parallel()
-	for code, want := range map[int]string{
-		amqp.NotFound:           "permanent",
-		amqp.AccessRefused:      "permanent",
-		amqp.PreconditionFailed: "permanent",
-		amqp.ConnectionForced:   "unavailable",
-		amqp.ResourceError:      "unavailable",
-		amqp.InternalError:      "unavailable",
-		amqp.ChannelError:       "retryable",
-		amqp.FrameError:         "retryable",
+	for _, tt := range []struct {
+		code   int
+		server bool // sent by the broker; false: the client's own (a failed read or write on the connection)
+		want   string
+	}{
+		{amqp.NotFound, true, "permanent"},
+		{amqp.AccessRefused, true, "permanent"},
+		{amqp.PreconditionFailed, true, "permanent"},
+		{amqp.ConnectionForced, true, "unavailable"},
+		{amqp.ResourceError, true, "unavailable"},
+		{amqp.InternalError, true, "unavailable"},
+		{amqp.ChannelError, true, "retryable"},
+		{amqp.FrameError, true, "retryable"},
+		{amqp.FrameError, false, "unavailable"}, // the connection's read failed: "EOF", a reset
 	} {
-		err := classifyAMQPError(&amqp.Error{Code: code, Reason: "x"}, "ex", "key", "Config.Exchange")
+		err := classifyAMQPError(&amqp.Error{Code: tt.code, Server: tt.server, Reason: "x"}, "ex", "key", "Config.Exchange")
 		if got := map[bool]string{true: "permanent"}[isPermanent(err)] + map[bool]string{true: "unavailable"}[isUnavailable(err)] +
-			map[bool]string{true: "retryable"}[isRetryable(err)]; got != want {
-			t.Errorf("code %d: %v is %q; want %s", code, err, got, want)
+			map[bool]string{true: "retryable"}[isRetryable(err)]; got != tt.want {
+			t.Errorf("code %d (server %v): %v is %q; want %s", tt.code, tt.server, err, got, tt.want)
 		}
 	}
 	if err := classifyAMQPError(amqp.ErrClosed, "ex", "key", "Config.Exchange"); !isUnavailable(err) {
