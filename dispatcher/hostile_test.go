@@ -97,10 +97,15 @@ func TestClaim_RowThatCannotBeReturnedGoesDeadAndEverythingElseFlows(t *testing.
 	ids := b.enqueue(t, 10, "a", false)
 	rec := newRecorder(nil)
 	start := time.Now()
-	d, _ := b.start(t, rec, fast(dispatcher.Config{Lease: time.Minute, PublishTimeout: 5 * time.Second}))
+	// Rendering the bomb takes about 15 s of server CPU; on a loaded machine
+	// more than the default ClaimTimeout (30 s), and a read that runs out of
+	// it is retried, not taken for the row's fault (readClaimed). The
+	// timeout here lets the render finish, so the bomb dies of its own
+	// SQLSTATE.
+	d, _ := b.start(t, rec, fast(dispatcher.Config{Lease: time.Minute, PublishTimeout: 5 * time.Second, ClaimTimeout: 5 * time.Minute}))
 	waitFor(t, 3*time.Minute, "10 healthy messages delivered", func() bool { return b.count(t, "status = 'done'") == 10 })
 	t.Logf("healthy messages delivered %s after the dispatcher started (the bomb is rendered twice: once by the failing claim, once by its own read)", time.Since(start).Round(time.Millisecond))
-	waitFor(t, time.Minute, "the bomb dead", func() bool { return b.state(t, bomb).Status == "dead" })
+	waitFor(t, 5*time.Minute, "the bomb dead", func() bool { return b.state(t, bomb).Status == "dead" })
 	s := b.state(t, bomb)
 	if !strings.Contains(s.LastError, "54000") || !strings.Contains(s.LastError, "cannot return") {
 		t.Fatalf("bomb last_error = %q, want the SQLSTATE and why", s.LastError)
@@ -477,11 +482,12 @@ func TestClaimOrdered_RowThatCannotBeReturnedGoesDeadAndOtherAggregatesFlow(t *t
 	behind := b.enqueue(t, 2, "bomb", true)
 	ids := append(b.enqueue(t, 5, "a", true), b.enqueue(t, 5, "b", true)...)
 	rec := newRecorder(nil)
-	b.start(t, rec, fast(dispatcher.Config{Lease: time.Minute, PublishTimeout: 5 * time.Second, Claim: dispatcher.ClaimOrderedOnly}))
+	b.start(t, rec, fast(dispatcher.Config{Lease: time.Minute, PublishTimeout: 5 * time.Second, Claim: dispatcher.ClaimOrderedOnly,
+		ClaimTimeout: 5 * time.Minute})) // as in TestClaim_RowThatCannotBeReturnedGoesDeadAndEverythingElseFlows
 	waitFor(t, 3*time.Minute, "10 ordered messages of other aggregates delivered", func() bool {
 		return b.count(t, "status = 'done'") == len(ids)
 	})
-	waitFor(t, time.Minute, "the bomb dead", func() bool { return b.state(t, bomb).Status == "dead" })
+	waitFor(t, 5*time.Minute, "the bomb dead", func() bool { return b.state(t, bomb).Status == "dead" })
 	if s := b.state(t, bomb); !strings.Contains(s.LastError, "54000") {
 		t.Fatalf("bomb last_error = %q", s.LastError)
 	}
