@@ -257,8 +257,8 @@ func (f *Fleet) Stats() Stats {
 	return s
 }
 
-// addStats adds b's counters to a's. Queue gauges are added up too
-// (depths and counts; the oldest age is the larger).
+// addStats adds b's counters to a's (BreakerOpen: open at either). Queue
+// gauges are added up too (depths and counts; the oldest age is the larger).
 func addStats(a, b dispatcher.Stats) dispatcher.Stats {
 	a.Claimed += b.Claimed
 	a.Recovered += b.Recovered
@@ -283,6 +283,12 @@ func addStats(a, b dispatcher.Stats) dispatcher.Stats {
 	a.Isolations += b.Isolations
 	a.Unreadable += b.Unreadable
 	a.Requeued += b.Requeued
+	a.Repaired += b.Repaired
+	a.LockWaits += b.LockWaits
+	a.Unavailable += b.Unavailable
+	a.BreakerOpens += b.BreakerOpens
+	a.Probes += b.Probes
+	a.BreakerOpen = a.BreakerOpen || b.BreakerOpen // open at some database
 	a.InFlight += b.InFlight
 	a.ClaimSize += b.ClaimSize
 	if !b.Queue.At.IsZero() {
