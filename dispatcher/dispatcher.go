@@ -60,6 +60,7 @@ type Dispatcher struct {
 	source        atomic.Pointer[string] // Message.Source (Source)
 	lastClaim     atomic.Int64           // time since epoch of the last claim that returned rows (relays.go)
 	lastFinalize  atomic.Int64           // time since epoch of the last finalize statement that wrote
+	relayNow      chan struct{}          // asks relayLoop to record the relay now (first claim, first finalize)
 	defaultSource bool                   // Config.Source was empty: Run resolves it (resolveSource)
 }
 
@@ -129,6 +130,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg Config) (*Dispatcher, error) {
 		maxInFlight: max(2*cfg.Batch, cfg.Batch+cfg.Concurrency) + cfg.Batch, // claimRoom: plus one claim being finalized
 		freed:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
+		relayNow:    make(chan struct{}, 1),
 		busy:        newBusyState(),
 		firstIdle:   make(chan struct{}),
 		epoch:       time.Now(),
@@ -205,9 +207,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		side.Add(1)
 		go func() { defer side.Done(); d.listen(ctx) }()
 	}
+	// The relay's record outlives ctx: it goes on beating through the
+	// shutdown and is marked stopped once the last finalize is written.
+	shutDown := make(chan struct{})
 	if d.cfg.RelayInterval > 0 {
 		side.Add(1)
-		go func() { defer side.Done(); d.relayLoop(ctx, flushCtx) }()
+		go func() { defer side.Done(); d.relayLoop(ctx, shutDown) }()
 	}
 	if d.cfg.StatsInterval > 0 {
 		reg, err := d.metrics.observeQueue()
@@ -262,6 +267,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		flushCancel()
 		<-flushed
 	}
+	close(shutDown)
 	side.Wait()
 	d.log.Debug("dispatcher stopped")
 	return nil

@@ -55,7 +55,7 @@ func (d *Dispatcher) isolate(ctx context.Context, kind ClaimMode, n int, jobs ch
 			rows = append(rows, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered})
 		}
 	}
-	d.metrics.claimed(ctx, len(rows))
+	d.claimed(ctx, len(rows))
 	deadline := start.Add(d.cfg.Lease)
 	for _, r := range rows {
 		if j := d.readClaimed(ctx, r, deadline, rel); j != nil {
@@ -224,7 +224,7 @@ func (d *Dispatcher) recoverOnce(ctx, hardCtx context.Context, sink doneSink, re
 			d.expired.passed(clock)
 			return nil
 		}
-		d.metrics.claimed(ctx, len(rows))
+		d.claimed(ctx, len(rows))
 		for _, r := range rows {
 			j := d.readClaimed(ctx, claimedRow{r.ID, r.LeaseVersion, owner, r.Attempts, r.Ordered}, start.Add(d.cfg.Lease), rel)
 			if j == nil {

@@ -21,18 +21,47 @@ const relayForgetAfter = time.Hour
 
 // The relay's record in outbox_relays (migration 00012, queries/relays.sql):
 // its row says who relays this outbox, from where, and how busy it is. It
-// is written by one goroutine, every Config.RelayInterval, from figures the
-// pipeline keeps in atomics anyway (inFlight) or stores once per claim and
-// per finalize statement (lastClaim, lastFinalize): nothing on the
-// per-message path.
+// is written by one goroutine, every Config.RelayInterval, at once after the
+// relay's first claim and first finalize, and a last time after its
+// shutdown, from figures the pipeline keeps in atomics anyway (inFlight) or
+// stores once per claim and per finalize statement (lastClaim,
+// lastFinalize): nothing on the per-message path.
 
-// markClaimed records a claim that returned rows (the relays view's last
-// claim).
-func (d *Dispatcher) markClaimed() { d.lastClaim.Store(int64(time.Since(d.epoch))) }
+// claimed counts a claim of n rows, by any path (the claim window, the
+// isolation claim, the recovery lane's expired leases and passed rows), and
+// records it as the relays view's last claim.
+func (d *Dispatcher) claimed(ctx context.Context, n int) {
+	if n == 0 {
+		return
+	}
+	d.metrics.claimed(ctx, n)
+	if d.lastClaim.Swap(d.sinceEpoch()) == 0 {
+		d.recordRelayNow()
+	}
+}
 
 // markFinalized records a finalize statement that wrote (the relays view's
 // last finalize).
-func (d *Dispatcher) markFinalized() { d.lastFinalize.Store(int64(time.Since(d.epoch))) }
+func (d *Dispatcher) markFinalized() {
+	if d.lastFinalize.Swap(d.sinceEpoch()) == 0 {
+		d.recordRelayNow()
+	}
+}
+
+// sinceEpoch is a mark for lastClaim and lastFinalize: never 0, which
+// means never marked.
+func (d *Dispatcher) sinceEpoch() int64 { return max(int64(time.Since(d.epoch)), 1) }
+
+// recordRelayNow asks relayLoop to write the relay's row without waiting
+// for the next RelayInterval: a relay's first claim and first finalize are
+// in the relays view at once, not up to an interval later (a relay that
+// ran for less than an interval showed "never claimed" after publishing).
+func (d *Dispatcher) recordRelayNow() {
+	select {
+	case d.relayNow <- struct{}{}:
+	default:
+	}
+}
 
 // ageOf is the time since a mark (nil: never marked).
 func (d *Dispatcher) ageOf(mark int64) *time.Duration {
@@ -43,18 +72,23 @@ func (d *Dispatcher) ageOf(mark int64) *time.Duration {
 	return &age
 }
 
-// relayLoop writes this relay's row every RelayInterval until ctx ends,
-// then marks it stopped (on stopCtx, which outlives ctx). A table that does
-// not exist (migration 00012 not applied) is reported once and the loop
-// ends: the relays view is then empty, and nothing else depends on it.
-func (d *Dispatcher) relayLoop(ctx, stopCtx context.Context) {
+// relayLoop writes this relay's row every RelayInterval (and when
+// recordRelayNow asks) until shutDown is closed, which Run does once its
+// shutdown is complete (publishes ended, the last finalizes and hand-backs
+// written); then it records the relay a last time, with its last claim and
+// last finalize, and marks it stopped. Its statements are not cancelled by
+// ctx: a heartbeat abandoned half way could still run on the server after
+// the stop and mark the relay running again; each is bounded by
+// WriteTimeout instead. A table that does not exist (migration 00012 not
+// applied) is reported once and the loop ends: the relays view is then
+// empty, and nothing else depends on it.
+func (d *Dispatcher) relayLoop(ctx context.Context, shutDown <-chan struct{}) {
+	ctx = context.WithoutCancel(ctx)
 	host, _ := os.Hostname()
 	version := relayVersion()
 	started := time.Now()
-	beat := func() error {
-		bctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
-		defer cancel()
-		_, err := d.q.OutboxRelayBeat(bctx, db.OutboxRelayBeatParams{
+	beat := func(ctx context.Context) error {
+		_, err := d.q.OutboxRelayBeat(ctx, db.OutboxRelayBeatParams{
 			ForgetAfter: relayForgetAfter, OwnerPrefix: d.tokens.prefix, Owner: d.cfg.Owner, Host: host,
 			Pid: int32(os.Getpid()), Version: version, RunningFor: time.Since(started),
 			InFlight: int32(d.inFlight.Load()), LastClaimAge: d.ageOf(d.lastClaim.Load()),
@@ -66,11 +100,12 @@ func (d *Dispatcher) relayLoop(ctx, stopCtx context.Context) {
 	t := time.NewTicker(d.cfg.RelayInterval)
 	defer t.Stop()
 	for {
-		err := beat()
+		bctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+		err := beat(bctx)
+		cancel()
 		switch {
 		case err == nil:
 			wrote = true
-		case ctx.Err() != nil:
 		case isUndefinedTable(err):
 			d.log.Warn("outbox_relays table missing: this relay does not appear in the relays view (apply migration 00012)", slog.Any("error", err))
 			return
@@ -78,18 +113,30 @@ func (d *Dispatcher) relayLoop(ctx, stopCtx context.Context) {
 			d.log.Debug("relay heartbeat failed; retrying at the next interval", slog.Any("error", err))
 		}
 		select {
-		case <-ctx.Done():
-			if wrote {
-				sctx, cancel := context.WithTimeout(stopCtx, d.cfg.WriteTimeout)
-				_, err := d.q.OutboxRelayStop(sctx, db.OutboxRelayStopParams{OwnerPrefix: d.tokens.prefix, LastFinalizeAge: d.ageOf(d.lastFinalize.Load())})
-				cancel()
-				if err != nil {
-					d.log.Debug("could not mark the relay stopped", slog.Any("error", err))
-				}
-			}
+		case <-shutDown:
+			d.recordStopped(ctx, beat, wrote)
 			return
 		case <-t.C:
+		case <-d.relayNow:
 		}
+	}
+}
+
+// recordStopped writes the relay's row a last time (its last claim and last
+// finalize as they are after the shutdown's final flush) and marks it
+// stopped, both within one WriteTimeout.
+func (d *Dispatcher) recordStopped(ctx context.Context, beat func(context.Context) error, wrote bool) {
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	defer cancel()
+	if err := beat(sctx); err == nil {
+		wrote = true
+	}
+	if !wrote {
+		return // no row to mark
+	}
+	_, err := d.q.OutboxRelayStop(sctx, db.OutboxRelayStopParams{OwnerPrefix: d.tokens.prefix, LastFinalizeAge: d.ageOf(d.lastFinalize.Load())})
+	if err != nil {
+		d.log.Warn("could not mark the relay stopped: the relays view shows it running, then silent", slog.Any("error", err))
 	}
 }
 

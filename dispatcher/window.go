@@ -263,15 +263,12 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 	}
 	w.set(cur.advance(pre, keys, n))
 	deadline := start.Add(d.cfg.Lease)
-	d.metrics.claimed(ctx, len(rows))
+	d.claimed(ctx, len(rows))
 	// The whole claim counts in flight before its first job reaches a
 	// worker: the finalizer flushes early when everything in flight waits
 	// for it, and counted one by one it caught the dispatch loop half way
 	// and wrote one claim's rows in two statements (1,206 + 794).
 	d.inFlight.Add(int64(len(rows)))
-	if len(rows) > 0 {
-		d.markClaimed()
-	}
 	for _, r := range rows {
 		jobs <- d.newJob(r.ID, r.LeaseVersion, owner, r.Attempts, deadline, r.AggregateType, r.AggregateID,
 			r.EventType, r.Payload, r.Headers, r.CreatedAt, ordered, position(r.Seq, r.PrevSeq, r.SentSeq))
@@ -369,7 +366,7 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 			return nil
 		}
 		d.metrics.requeued.Add(int64(len(rows)))
-		d.metrics.claimed(ctx, len(rows))
+		d.claimed(ctx, len(rows))
 		d.log.Warn("recovering pending messages the claim cursor had passed (a claim that held them failed or rolled back)",
 			slog.Int("count", len(rows)), slog.Bool("ordered", ordered))
 		deadline := start.Add(d.cfg.Lease)
