@@ -565,6 +565,21 @@ func TestConsole_OverviewOldestUndelivered(t *testing.T) {
 	}
 }
 
+// With nothing pending or processing, the overview's oldest undelivered
+// message is "none", not an age of 0ms.
+func TestConsole_OverviewOldestUndeliveredIsNoneWhenNothingWaits(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if _, err := f.pool.Exec(t.Context(), `DELETE FROM outbox WHERE status IN ('pending', 'processing')`); err != nil {
+		t.Fatal(err)
+	}
+	s := f.serve(t, console.Config{})
+	_, body := newClient(t, s.URL).get(t, "/")
+	if got := between(body, `id="oldest">`, "<"); got != "none" {
+		t.Errorf("oldest undelivered = %q with nothing pending or processing, want none", got)
+	}
+}
+
 func TestConsole_NewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)

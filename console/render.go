@@ -24,6 +24,7 @@ var funcs = template.FuncMap{
 	"num":     formatInt,
 	"str":     func(s *string) string { return deref(s) },
 	"seconds": func(s float64) string { return formatAge(time.Duration(s * float64(time.Second))) },
+	"oldest":  formatOldest,
 	"slice2":  func(a, b chart) []chart { return []chart{a, b} },
 	"rate":    func(r float64) string { return strconv.FormatFloat(r, 'f', 1, 64) },
 	"int64":   func(n int32) int64 { return int64(n) },
@@ -145,6 +146,15 @@ func formatTimePtr(t *time.Time) string {
 		return "-"
 	}
 	return formatTime(*t)
+}
+
+// formatOldest prints the age of the oldest undelivered message: "none"
+// when nothing waits (the queries' 0), not "0ms" as if one had just arrived.
+func formatOldest(seconds float64) string {
+	if seconds <= 0 {
+		return "none"
+	}
+	return formatAge(time.Duration(seconds * float64(time.Second)))
 }
 
 // formatAge prints a duration to two units: 3d4h, 2h5m, 4m10s, 12s, 350ms.

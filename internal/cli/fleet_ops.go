@@ -138,7 +138,7 @@ func renderFleetStats(w io.Writer, dbs []fleet.Database, r *fleetStatsReport) {
 	fmt.Fprintln(tw, "DATABASE\tPENDING\tPROCESSING\tDONE\tDEAD\tOLDEST\tEXPIRED\tBLOCKED\t")
 	row := func(name string, by map[string]int64, oldest float64, expired int64, blocked int) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t\n", cell(name, 40), by["pending"], by["processing"], by["done"], by["dead"],
-			humanAge(oldest), expired, blocked)
+			oldestAge(oldest), expired, blocked)
 	}
 	for _, d := range dbs {
 		if s := r.Databases[d.Name]; s != nil {

@@ -261,7 +261,7 @@ func renderStats(w io.Writer, r *statsReport) {
 		}
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "oldest undelivered:\t%s\n", humanAge(r.OldestAgeSeconds))
+	fmt.Fprintf(tw, "oldest undelivered:\t%s\n", oldestAge(r.OldestAgeSeconds))
 	fmt.Fprintf(tw, "expired leases:\t%d\n", r.ExpiredLeases)
 	fmt.Fprintf(tw, "dead:\t%d\n", r.Dead)
 	_ = tw.Flush()

@@ -33,6 +33,15 @@ func (a *app) confirm(f *flags, question string) error {
 	return failf("%s: not confirmed; nothing changed", f.name)
 }
 
+// oldestAge prints the age of the oldest undelivered message: "none" when
+// nothing waits (OutboxOldestPendingAge's 0), not an age of 0.
+func oldestAge(seconds float64) string {
+	if seconds <= 0 {
+		return "none"
+	}
+	return humanAge(seconds)
+}
+
 // humanAge formats seconds as a short duration: 0s, 45s, 3m12s, 2h05m, 3d04h.
 func humanAge(seconds float64) string {
 	if math.IsNaN(seconds) || seconds <= 0 {
