@@ -92,7 +92,9 @@ func TestConsume_RequeuedOlderEventIsParkedUntilItsPredecessor(t *testing.T) {
 	if got := inboxtest.Effects(t, pool); !slices.Equal(got, []string{"1", "2"}) {
 		t.Fatalf("effects %v", got)
 	}
-	if s := ib.Stats(); s.Parked != 1 || s.Released != 1 {
+	// Event 2's effect is visible at its COMMIT, its release is counted
+	// just after.
+	if s := inboxtest.WaitStats(t, ib, time.Minute, "event 2 released", func(s inbox.Stats) bool { return s.Released >= 1 }); s.Parked != 1 || s.Released != 1 {
 		t.Fatalf("stats %+v: want event 2 parked, then released", s)
 	}
 }

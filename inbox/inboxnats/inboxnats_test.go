@@ -92,7 +92,9 @@ func TestConsume_RedeliveredOlderEventIsParkedUntilItsPredecessor(t *testing.T) 
 	consume(t, inboxnats.Config{Inbox: ib, Consumer: b.consumer(t, 30*time.Second), NakDelay: 300 * time.Millisecond})
 	inboxtest.WaitCount(t, pool, 2, time.Minute, `SELECT count(*) FROM effects`)
 	inboxtest.CheckOnceInOrder(t, pool, msgs)
-	if s := ib.Stats(); s.Parked != 1 || s.Released != 1 || s.HandlerErrors != 1 {
+	// Event 2's effect is visible at its COMMIT, its release is counted
+	// just after.
+	if s := inboxtest.WaitStats(t, ib, time.Minute, "event 2 released", func(s inbox.Stats) bool { return s.Released >= 1 }); s.Parked != 1 || s.Released != 1 || s.HandlerErrors != 1 {
 		t.Fatalf("stats %+v: want event 2 parked, then released", s)
 	}
 	if got := inboxtest.Effects(t, pool); !slices.Equal(got, []string{"1", "2"}) {
@@ -151,7 +153,8 @@ func TestConsume_CrashBetweenCommitAndAckRedeliversADuplicate(t *testing.T) {
 	}
 	consume(t, inboxnats.Config{Inbox: ib, Consumer: cons})
 	inboxtest.WaitCount(t, pool, 2, time.Minute, `SELECT deliveries FROM inbox WHERE id = '1'`)
-	if s := ib.Stats(); s.Duplicates != 1 {
+	// The second delivery is visible at its COMMIT, counted just after.
+	if s := inboxtest.WaitStats(t, ib, time.Minute, "one duplicate", func(s inbox.Stats) bool { return s.Duplicates >= 1 }); s.Duplicates != 1 {
 		t.Fatalf("stats %+v", s)
 	}
 	inboxtest.CheckOnceInOrder(t, pool, msgs)

@@ -113,6 +113,25 @@ func NewInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
 	return ib
 }
 
+// WaitStats waits until cond holds for ib.Stats(), failing after timeout
+// with what and the last stats. A consumer counts an outcome only after
+// its transaction has committed, so a test that saw the rows must still
+// wait for the counters before it reads them.
+func WaitStats(t testing.TB, ib *inbox.Inbox, timeout time.Duration, what string, cond func(inbox.Stats) bool) inbox.Stats {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s := ib.Stats()
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: stats %+v, want %s", timeout, s, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Go runs fn until the test ends: then its context is cancelled and the
 // test waits for it, failing when it returns an error.
 func Go(t testing.TB, fn func(context.Context) error) {
