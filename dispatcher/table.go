@@ -114,8 +114,10 @@ func requiredColumns() []string {
 // withoutTrigger, the NOTIFY trigger <table>_notify, and the attempt history
 // table <table>_attempts beside it. It does not read any
 // goose version table, so a deployment that applied the migrations with its
-// own goose history passes. Errors wrap ErrOutboxTable and name the table,
-// the schema and the search_path seen; other errors are the database's.
+// own goose history passes. Errors wrap ErrOutboxTable and say in one
+// sentence which table was looked for where (the schema, or the
+// search_path seen), where a table of that name is, and what to do; other
+// errors are the database's.
 func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTrigger bool) error {
 	_, _, err := ResolveTable(ctx, q, table, schema, withoutTrigger)
 	return err
@@ -141,14 +143,17 @@ func ResolveTable(ctx context.Context, q db.DBTX, table, schema string, withoutT
 	if err != nil {
 		return "", "", fmt.Errorf("outbox: check table %s: %w", r.Qualified(), err)
 	}
-	where := fmt.Sprintf("schema %s", cmpOr(schema, "(none: resolved through the search_path)"))
-	seen := fmt.Sprintf("search_path seen: %s", row.SearchPath)
 	if row.Relation == "" {
-		hint := "apply the pgoutbox migrations (pgoutbox migrate up, or your goose setup for the files pgoutbox init copied)"
-		if len(row.Elsewhere) > 0 {
-			hint = fmt.Sprintf("a table of that name exists as %s: set the schema (Config.Schema, --schema) or the search_path instead of migrating again", strings.Join(row.Elsewhere, ", "))
+		where := fmt.Sprintf("on the search_path (%s)", row.SearchPath)
+		if schema != "" {
+			where = "in schema " + schema
 		}
-		return "", "", fmt.Errorf("%w: table %s not found (%s; %s); %s", ErrOutboxTable, table, where, seen, hint)
+		if len(row.Elsewhere) > 0 {
+			return "", "", fmt.Errorf("%w: table %s not found %s, but %s exists: set the schema (Config.Schema, --schema) or the search_path instead of migrating again",
+				ErrOutboxTable, table, where, strings.Join(row.Elsewhere, " and "))
+		}
+		return "", "", fmt.Errorf("%w: table %s not found %s: apply the pgoutbox migrations (pgoutbox migrate up, or your goose setup for the files pgoutbox init copied)",
+			ErrOutboxTable, table, where)
 	}
 	var missing []string
 	for _, c := range requiredColumns() {
@@ -157,20 +162,20 @@ func ResolveTable(ctx context.Context, q db.DBTX, table, schema string, withoutT
 		}
 	}
 	if len(missing) > 0 {
-		return "", "", fmt.Errorf("%w: table %s (%s; %s) lacks the columns %s: apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
-			ErrOutboxTable, row.Relation, where, seen, strings.Join(missing, ", "))
+		return "", "", fmt.Errorf("%w: table %s lacks the columns %s: apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
+			ErrOutboxTable, row.Relation, strings.Join(missing, ", "))
 	}
 	if !row.HasHistory {
 		// The failure path writes the attempt history in the statement
 		// that records the failure: without the table every failure's
 		// write would fail, and the messages would be delivered again
 		// when their leases expire.
-		return "", "", fmt.Errorf("%w: table %s (%s; %s) has no attempt history table %s_attempts beside it (migration 00011): apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
-			ErrOutboxTable, row.Relation, where, seen, table)
+		return "", "", fmt.Errorf("%w: table %s has no attempt history table %s_attempts beside it (migration 00011): apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
+			ErrOutboxTable, row.Relation, table)
 	}
 	if !withoutTrigger && !row.HasTrigger {
-		return "", "", fmt.Errorf("%w: table %s (%s; %s) has no trigger %s_notify, so no NOTIFY wakes dispatchers: apply the pgoutbox migrations, or disable LISTEN",
-			ErrOutboxTable, row.Relation, where, seen, table)
+		return "", "", fmt.Errorf("%w: table %s has no trigger %s_notify, so no NOTIFY wakes dispatchers: apply the pgoutbox migrations, or disable LISTEN",
+			ErrOutboxTable, row.Relation, table)
 	}
 	return row.SchemaName, row.ResolvedTable, nil
 }

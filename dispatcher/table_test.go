@@ -123,9 +123,9 @@ func TestDispatcher_RunFailsAtStartWithoutTheTable(t *testing.T) {
 		cfg  dispatcher.Config
 		want []string
 	}{
-		{dispatcher.Config{Table: "payroll_outbox"}, []string{"table payroll_outbox not found", "schema (none", "search_path seen: \"$user\", public", "apply the pgoutbox migrations"}},
-		{dispatcher.Config{Table: "hr_outbox"}, []string{"table hr_outbox not found", "a table of that name exists as hr.hr_outbox: set the schema"}},
-		{dispatcher.Config{Table: "outbox", Schema: "hr"}, []string{"table outbox not found", "schema hr", "exists as public.outbox"}},
+		{dispatcher.Config{Table: "payroll_outbox"}, []string{"table payroll_outbox not found on the search_path (\"$user\", public): apply the pgoutbox migrations"}},
+		{dispatcher.Config{Table: "hr_outbox"}, []string{"table hr_outbox not found on the search_path (\"$user\", public), but hr.hr_outbox exists: set the schema"}},
+		{dispatcher.Config{Table: "outbox", Schema: "hr"}, []string{"table outbox not found in schema hr, but public.outbox exists: set the schema"}},
 	} {
 		d, err := dispatcher.New(b.pool, newRecorder(nil), fast(tc.cfg))
 		if err != nil {

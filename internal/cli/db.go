@@ -38,6 +38,9 @@ func (a *app) resolveDatabase(f *flags, flagValue string) (*database, error) {
 	}
 	d.redacted = redact.URL(d.raw, false)
 	a.secrets.Add(redact.Secrets(d.raw, false)...)
+	if msg := schemeError(d.raw); msg != "" {
+		return nil, failf("invalid database URL %s: %s; check %s", d.redacted, msg, d.source)
+	}
 	cfg, err := pgxpool.ParseConfig(d.raw)
 	if err != nil {
 		return nil, failf("invalid database URL %s: %s; check %s", d.redacted, a.secrets.Scrub(unwrapParse(err)), d.source)
@@ -64,6 +67,19 @@ func (a *app) resolveDatabase(f *flags, flagValue string) (*database, error) {
 	cfg.AfterConnect = dispatcher.PrepareSession
 	d.cfg = cfg
 	return d, nil
+}
+
+// schemeError names a URL scheme pgx does not take ("" when the scheme is
+// postgres or postgresql, or raw is keyword/value). pgx reads anything that
+// does not start with postgres:// or postgresql:// as keyword/value and
+// says "failed to parse as keyword/value", which hides a misspelled scheme
+// (postgress://, postgre://, jdbc:postgresql://).
+func schemeError(raw string) string {
+	scheme, _, ok := strings.Cut(strings.TrimSpace(raw), "://")
+	if !ok || scheme == "postgres" || scheme == "postgresql" || strings.ContainsAny(scheme, " ='") {
+		return ""
+	}
+	return fmt.Sprintf("unknown scheme %q: a PostgreSQL URL starts with postgres:// or postgresql://", scheme)
 }
 
 // unwrapParse drops pgconn's "cannot parse `<dsn>`:" prefix (the DSN is

@@ -67,6 +67,49 @@ func TestDatabase_InvalidURL(t *testing.T) {
 	}
 }
 
+// A misspelled scheme is named as such, for the database URL and the
+// listen URL alike, not reported as a keyword/value string pgx could not
+// parse.
+func TestDatabase_MisspelledSchemeIsNamed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, scheme string
+		inv          invocation
+		args         []string
+		want         string
+	}{
+		{"DATABASE_URL", "postgress", invocation{env: map[string]string{"DATABASE_URL": "postgress://app:s3cr3t-pw@127.0.0.1:1/app"}},
+			[]string{"stats"}, "pgoutbox: invalid database URL postgress://app:xxxxx@127.0.0.1:1/app: unknown scheme \"postgress\": a PostgreSQL URL starts with postgres:// or postgresql://; check DATABASE_URL"},
+		{"--database-url", "postgre", invocation{}, []string{"run", "--publisher", "discard", "--database-url", "postgre://app:s3cr3t-pw@127.0.0.1:1/app"},
+			"pgoutbox: invalid database URL postgre://app:xxxxx@127.0.0.1:1/app: unknown scheme \"postgre\""},
+		{"--listen-url", "jdbc:postgresql", invocation{env: map[string]string{"DATABASE_URL": "postgres://app@127.0.0.1:1/app"}},
+			[]string{"run", "--publisher", "discard", "--listen-url", "jdbc:postgresql://app:s3cr3t-pw@127.0.0.1:1/app"},
+			"unknown scheme \"jdbc:postgresql\": a PostgreSQL URL starts with postgres:// or postgresql://; check --listen-url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := call(t, tc.inv, tc.args...)
+			wantCode(t, r, ExitFailure)
+			mustContain(t, r, "stderr", tc.want)
+			if strings.Contains(r.stderr, "keyword/value") || strings.Contains(r.stdout+r.stderr, "s3cr3t") {
+				t.Errorf("want the scheme named, without the password and without keyword/value:\n%s", r)
+			}
+		})
+	}
+}
+
+// run fails on a database it cannot reach before it logs anything: the
+// error is the one line it prints, not its settings first.
+func TestRun_UnreachableDatabaseFailsBeforeTheSettingsLine(t *testing.T) {
+	t.Parallel()
+	r := call(t, invocation{env: map[string]string{"DATABASE_URL": "postgres://app@127.0.0.1:1/app"}}, "run", "--publisher", "stdout")
+	wantCode(t, r, ExitFailure)
+	mustContain(t, r, "stderr", "pgoutbox: cannot reach PostgreSQL at postgres://app@127.0.0.1:1/app")
+	if strings.Contains(r.stderr, "run starting") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("want the error alone on stderr, before any settings line:\n%s", r)
+	}
+}
+
 // unmigratedURL creates an empty database (no pgoutbox schema).
 func unmigratedURL(t *testing.T) string {
 	t.Helper()
@@ -104,7 +147,7 @@ func TestDatabase_UnmigratedSchemaSaysRunMigrateUp(t *testing.T) {
 		"enqueue --aggregate-type a --aggregate-id 1 --event-type E --payload {}"} {
 		r := call(t, invocation{env: env}, strings.Fields(cmd)...)
 		wantCode(t, r, ExitFailure)
-		mustContain(t, r, "stderr", "pgoutbox: outbox table not usable: table outbox not found (schema (none: resolved through the search_path); search_path seen: \"$user\", public); apply the pgoutbox migrations (pgoutbox migrate up")
+		mustContain(t, r, "stderr", "pgoutbox: outbox table not usable: table outbox not found on the search_path (\"$user\", public): apply the pgoutbox migrations (pgoutbox migrate up")
 	}
 }
 

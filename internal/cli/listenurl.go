@@ -25,6 +25,9 @@ func (a *app) resolveListenURL(f *flags, cfg *dispatcher.Config, flagValue strin
 		return f.usageError("--listen-url and --no-listen contradict each other: --no-listen turns LISTEN off")
 	}
 	a.secrets.Add(redact.Secrets(raw, false)...)
+	if msg := schemeError(raw); msg != "" {
+		return failf("invalid listen URL %s: %s; check %s", redact.URL(raw, false), msg, source)
+	}
 	pc, err := pgx.ParseConfig(raw)
 	if err != nil {
 		return failf("invalid listen URL %s: %s; check %s", redact.URL(raw, false), a.secrets.Scrub(unwrapParse(err)), source)

@@ -463,8 +463,8 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 		}
 	}
 
-	log.Info("pgoutbox run starting", a.startupAttrs(rc, d)...)
-
+	// The database first: a relay that cannot start says why, not its
+	// settings and then why.
 	if err := a.ping(ctx, pool); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -474,6 +474,7 @@ func (a *app) relay(ctx context.Context, rc runConfig, d *database) error {
 	if err := a.checkSchema(ctx, pool); err != nil {
 		return err
 	}
+	log.Info("pgoutbox run starting", a.startupAttrs(rc, d)...)
 	if rc.disp.Source == "" {
 		rc.disp.Source = a.defaultSource(d)
 	}

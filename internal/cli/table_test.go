@@ -60,7 +60,7 @@ func TestCommands_TableAndSchema(t *testing.T) {
 	// the search_path, never a second outbox.
 	r = call(t, invocation{env: env}, "stats", "--table", "hr_outbox")
 	wantCode(t, r, ExitFailure)
-	mustContain(t, r, "stderr", "table hr_outbox not found (schema (none: resolved through the search_path); search_path seen: \"$user\", public); a table of that name exists as hr.hr_outbox")
+	mustContain(t, r, "stderr", "table hr_outbox not found on the search_path (\"$user\", public), but hr.hr_outbox exists: set the schema")
 	r = call(t, invocation{env: env}, "migrate", "up", "--table", "hr_outbox")
 	wantCode(t, r, ExitFailure)
 	mustContain(t, r, "stderr", "but hr.hr_outbox exists: pass --schema")
