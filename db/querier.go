@@ -737,6 +737,10 @@ type Querier interface {
 	// pg_stat_activity): advisory locks in the single-bigint key space whose
 	// upper 32 bits (classid) are this table's oid, not granted, in this database.
 	// No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
+	// The wait starts at pg_locks.waitstart (PostgreSQL 14 and later; read
+	// through to_jsonb so that the statement also parses on 13, which has no such
+	// column); on 13, at the waiting statement's start (the COMMIT), where this
+	// role may see the waiter's pg_stat_activity row, else 0.
 	OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error)
 	// OutboxPortability counts, up to @cap each, what the queries above would
 	// repair: ordered rows never sequenced, pending rows and heads with a txid

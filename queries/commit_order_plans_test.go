@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -22,7 +23,8 @@ import (
 func TestCommitOrder_TriggerKeepsIndexPlansAfterTheTableWasAnalyzedEmpty(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	conn, err := b.pool.Acquire(ctx) // one producer session: its plan cache is what matters
 	if err != nil {
 		t.Fatal(err)
@@ -40,12 +42,51 @@ func TestCommitOrder_TriggerKeepsIndexPlansAfterTheTableWasAnalyzedEmpty(t *test
 			}
 		}
 	}
+	var version int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE stats_marker (n int); INSERT INTO stats_marker VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	markerScans := 0
+	flush := func() {
+		t.Helper()
+		if version >= 150000 {
+			// Flush this session's counters.
+			if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		// Before 15 a session sends its counters to the statistics
+		// collector at a transaction's end, at most every 500 ms, all tables
+		// at once: scan a marker table, one transaction at a time, until the
+		// collector shows that scan; the outbox's counters came with it.
+		for {
+			markerScans++
+			if _, err := conn.Exec(ctx, `SELECT count(*) FROM stats_marker`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+				t.Fatal(err)
+			}
+			var seen int
+			if err := conn.QueryRow(ctx, `SELECT coalesce(seq_scan, 0) FROM pg_stat_user_tables WHERE relid = 'stats_marker'::regclass`).Scan(&seen); err != nil {
+				t.Fatal(err)
+			}
+			if seen >= markerScans {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatal(ctx.Err())
+			}
+		}
+	}
 	seqRead := func() int64 {
 		t.Helper()
 		// Flush this session's counters, then read them afresh.
-		if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-			t.Fatal(err)
-		}
+		flush()
 		if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
 			t.Fatal(err)
 		}

@@ -93,6 +93,9 @@ func runWith(m *testing.M, extra map[string]string) int {
 			adminURL = c.URL()
 		}
 	}
+	if startErr == nil {
+		startErr = checkServerMajor(adminURL)
+	}
 	code := m.Run()
 	if cluster != nil {
 		if err := cluster.Stop(); err != nil {
@@ -100,6 +103,32 @@ func runWith(m *testing.M, extra map[string]string) int {
 		}
 	}
 	return code
+}
+
+// checkServerMajor holds the tests to the PostgreSQL major version named by
+// PGTEST_SERVER_MAJOR (set by the version matrix, internal/cmd/pgversions),
+// so that a run meant for one version cannot pass on another server. Unset,
+// any server will do.
+func checkServerMajor(url string) error {
+	want := os.Getenv("PGTEST_SERVER_MAJOR")
+	if want == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("pgtest: connect to %s: %w", redact(url), err)
+	}
+	defer conn.Close(ctx)
+	var num int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
+		return fmt.Errorf("pgtest: server version: %w", err)
+	}
+	if got := strconv.Itoa(num / 10000); got != want {
+		return fmt.Errorf("pgtest: PGTEST_SERVER_MAJOR=%s but the server is PostgreSQL %d.%d (PG_BIN=%q)", want, num/10000, num%10000, os.Getenv("PG_BIN"))
+	}
+	return nil
 }
 
 // Cluster returns the throwaway cluster started by Main, or nil when the tests
