@@ -280,6 +280,9 @@ type Shell struct {
 	DatabaseURL string
 	env         []string
 	state       string
+	adminURL    string // the test server, where createdb lines create their databases
+	mu          sync.Mutex
+	created     []string // databases created by createdb lines, dropped at the end
 }
 
 // NewShell starts in dir with DATABASE_URL set, the tools first on PATH, and
@@ -300,15 +303,47 @@ func NewShell(t testing.TB, tl Tools, dir, databaseURL string) *Shell {
 		"GOWORK=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0", "GOFLAGS=-mod=mod",
 		"NO_COLOR=1",
 	)
-	return &Shell{DatabaseURL: databaseURL, env: env, state: state}
+	s := &Shell{DatabaseURL: databaseURL, env: env, state: state, adminURL: pgtest.AdminURL(t)}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.created) == 0 {
+			return
+		}
+		ctx := context.Background()
+		c, err := pgx.Connect(ctx, s.adminURL)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		for _, name := range s.created {
+			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		}
+	})
+	return s
 }
 
-var exportDBRe = regexp.MustCompile(`(?m)^(\s*)export DATABASE_URL=.*$`)
+var (
+	exportDBRe = regexp.MustCompile(`(?m)^(\s*)export DATABASE_URL=.*$`)
+	createdbRe = regexp.MustCompile(`(?m)^(\s*)createdb\b.*$`)
+)
 
 // script wraps a block: restore the previous block's directory and
-// environment, run the block under bash -e, save them again.
+// environment, run the block under bash -e, save them again. Where the
+// docs name a server of the reader's own, the block runs against the
+// test's: `export DATABASE_URL=...` gets the test's empty database, and
+// `createdb [connection options] NAME` creates a database of a fresh name
+// on the test server (dropped at the end).
 func (s *Shell) script(body string) string {
 	body = exportDBRe.ReplaceAllString(body, "${1}export DATABASE_URL='"+strings.ReplaceAll(s.DatabaseURL, "'", "")+"'")
+	body = createdbRe.ReplaceAllStringFunc(body, func(line string) string {
+		indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
+		s.mu.Lock()
+		name := fmt.Sprintf("doc_createdb_%d_%d", time.Now().UnixNano(), len(s.created))
+		s.created = append(s.created, name)
+		s.mu.Unlock()
+		return fmt.Sprintf("%screatedb --maintenance-db='%s' %s", indent, strings.ReplaceAll(s.adminURL, "'", ""), name)
+	})
 	return fmt.Sprintf(`set -e -o pipefail
 if [ -f %[1]s/env ]; then . %[1]s/env; fi
 cd "$(cat %[1]s/cwd)"
