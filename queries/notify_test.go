@@ -3,6 +3,7 @@ package queries_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -83,16 +84,63 @@ func TestNotify_OncePerCommittedTransactionNeverForRollback(t *testing.T) {
 }
 
 // Concurrent producers do not each send a NOTIFY: a transaction that
-// commits while another is notifying skips its own (the gate), so 8
-// sessions committing 50 one-row transactions each send fewer than 400
-// notifications (239 in one run), and every row is committed.
+// commits while another is notifying skips its own (the gate), and every
+// row is committed. One commit is held inside its notify (a later deferred
+// trigger waits for a lock of the test's own) until 8 sessions have
+// committed 100 of their 400 one-row transactions: those commits overlap a
+// notifier for certain, however the machine schedules the sessions, so the
+// 401 transactions send at most 301 notifications. The rest commit freely
+// (239 notifications for 400 in one run).
 func TestNotify_ConcurrentCommitsShareNotifications(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	pool := pgtest.Pool(t, url)
 	ctx := context.Background()
+	const lockHeld = 4242 // the held commit waits for this advisory lock
+	// Fires after outbox_notify (deferred triggers of one event fire in name
+	// order), so the held transaction holds the gate while it waits.
+	mustExec(t, pool, `CREATE FUNCTION hold_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.event_type = 'HoldAtCommit' THEN
+        PERFORM pg_advisory_xact_lock(4242);
+    END IF;
+    RETURN NULL;
+END $$`)
+	mustExec(t, pool, `CREATE CONSTRAINT TRIGGER zz_hold_at_commit AFTER INSERT ON outbox
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_at_commit()`)
 	count := listen(t, url)
-	const sessions, each = 8, 50
+	blocker, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close(ctx)
+	mustExec(t, blocker, "SELECT pg_advisory_lock(4242)")
+	held := make(chan error, 1)
+	go func() {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			held <- err
+			return
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'h', 'HoldAtCommit', '{}')")
+		held <- err
+	}()
+	// The held commit has taken the gate and waits for the test's lock.
+	waitUntil(t, "the held commit waiting inside its notify, holding the gate", func() bool {
+		var ok bool
+		err := pool.QueryRow(ctx, `SELECT
+			EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+			         AND classid = 'outbox'::regclass::oid AND objid = 1869968482 AND objsubid = 2)
+			AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			         AND objid = $1 AND objsubid = 1)`, lockHeld).Scan(&ok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
+
+	const sessions, each, whileHeld = 8, 50, 100
 	var wg, connected sync.WaitGroup
 	errs := make(chan error, sessions)
 	start := make(chan struct{}) // every session connected first: their commits overlap
@@ -119,19 +167,44 @@ func TestNotify_ConcurrentCommitsShareNotifications(t *testing.T) {
 	}
 	connected.Wait()
 	close(start)
+	waitUntil(t, fmt.Sprintf("%d commits while the gate is held", whileHeld), func() bool {
+		var rows int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE event_type = 'E'").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		return rows >= whileHeld || len(errs) > 0
+	})
+	mustExec(t, blocker, "SELECT pg_advisory_unlock(4242)")
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
 	}
-	n := count()
-	var rows int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil || rows != sessions*each {
-		t.Fatalf("%d rows committed (%v), want %d", rows, err, sessions*each)
+	if err := <-held; err != nil {
+		t.Fatalf("held commit: %v", err)
 	}
-	t.Logf("%d concurrent one-row transactions: %d notifications", sessions*each, n)
-	if n < 1 || n >= sessions*each {
-		t.Fatalf("%d concurrent transactions sent %d notifications, want at least 1 and fewer than one each", sessions*each, n)
+	n := count()
+	const total = sessions*each + 1
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil || rows != total {
+		t.Fatalf("%d rows committed (%v), want %d", rows, err, total)
+	}
+	t.Logf("%d concurrent one-row transactions: %d notifications", total, n)
+	if n < 1 || n > total-whileHeld {
+		t.Fatalf("%d concurrent transactions, %d of them committed while another held the gate, sent %d notifications; want at least 1 and at most %d",
+			total, whileHeld, n, total-whileHeld)
+	}
+}
+
+// waitUntil polls cond until it holds, failing after a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
