@@ -49,6 +49,7 @@ type Dispatcher struct {
 	busy             busyState     // the idle lock: producers notify only while a relay waits (busy.go)
 	firstIdle        chan struct{} // closed when the claim loop first finds nothing to claim (stats.go)
 	idleOnce         sync.Once
+	idleWakes        atomic.Int64  // in an idle wait begun while listening: 1 + wakes before the empty round; else 0 (tests: export_test.go)
 	stopping         atomic.Bool   // Run's context ended: start nothing new
 	window           windowState   // where the next unordered claim begins (window.go)
 	windowOrd        windowState   // where the next ordered claim begins
@@ -383,6 +384,9 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 				continue
 			}
 			d.metrics.idleWaits.Add(1)
+			if d.busy.listening.Load() {
+				d.idleWakes.Store(wakes + 1)
+			}
 		}
 		d.idleOnce.Do(func() { close(d.firstIdle) })
 		if !poll.Stop() {
@@ -397,6 +401,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, jobs chan<- *job, rel *relea
 		case <-poll.C:
 		case <-ctx.Done():
 		}
+		d.idleWakes.Store(0)
 	}
 }
 

@@ -120,8 +120,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 func waitIdleAndListening(t *testing.T, d *dispatcher.Dispatcher) {
 	t.Helper()
 	waitFor(t, 30*time.Second, "LISTEN registered", func() bool { return d.Stats().Listens > 0 })
-	idle := d.Stats().IdleWaits
-	waitFor(t, 30*time.Second, "the claimer idle after the wake window", func() bool { return d.Stats().IdleWaits > idle })
+	waitFor(t, 30*time.Second, "the claimer idle after the wake window", func() bool { return dispatcher.IdleListening(d) })
 }
 
 func (b *bundle) count(t *testing.T, where string, args ...any) int {
