@@ -77,13 +77,18 @@ var suite = []struct {
 	// The query contract: claim, ordered claim, fenced finalize, reap, the
 	// recovery lanes, commit order, notify and wake-up.
 	{"./queries", ""},
-	// The dispatcher's delivery, order and fencing.
+	// The dispatcher's delivery, order and fencing. Not the crash-restart
+	// test: it needs the WAL of 30 asynchronous commits still in the
+	// server's memory when a backend is killed, and on 17 and 18 the WAL
+	// writer has often written them out by then, ten crashes in a row (12
+	// of 12 runs on 17, 1 of 3 on 18; 0 of 12 on 15): the test cannot set
+	// up its case there. It runs in the full suite.
 	{"./dispatcher", "^(" + strings.Join([]string{
 		"TestDispatchers_", "TestSlowPublisher_", "TestHeartbeat_", "TestOutcomes_",
 		"TestPanicAndUnclassified_", "TestOrdered_", "TestClaimAll_", "TestReap_",
 		"TestWindow_", "TestNotify_", "TestRecovery_", "TestShutdown_HandsBack",
 		"TestBreaker_OutageBurnsNoAttempts", "TestPoisonMessage_", "TestFailures_Retries",
-		"TestRelays_", "TestDispatcher_RunFailsAtStart", "TestCrashRestart_", "TestLockWait_",
+		"TestRelays_", "TestDispatcher_RunFailsAtStart", "TestLockWait_",
 		"TestBacklog_", "TestClaimCursor_",
 	}, "|") + ")"},
 }
