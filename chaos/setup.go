@@ -158,6 +158,16 @@ func setupDatabase(ctx context.Context, c *pgcluster.Cluster, root, bin string) 
 		return nil, err
 	}
 	steps := []string{string(roles), string(roles) /* idempotent */, auditSQL}
+	var version int
+	if err := e.admin.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return nil, err
+	}
+	if version < 150000 {
+		// What docs/roles.sql asks of an operator before PostgreSQL 15,
+		// which made it the default: no CREATE in schema public for
+		// every role.
+		steps = append(steps, "REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+	}
 	for _, s := range steps {
 		if _, err := e.admin.Exec(ctx, s); err != nil {
 			return nil, fmt.Errorf("setup: %w", err)
@@ -172,7 +182,9 @@ func setupDatabase(ctx context.Context, c *pgcluster.Cluster, root, bin string) 
 			u.name, u.pass, u.group).Scan(&stmt); err != nil {
 			return nil, err
 		}
-		if _, err := e.admin.Exec(ctx, stmt); err != nil {
+		// scram-sha-256, as pg_hba.conf below asks (PostgreSQL 13 stores
+		// md5 by default).
+		if _, err := e.admin.Exec(ctx, "SET password_encryption = 'scram-sha-256'; "+stmt); err != nil {
 			return nil, fmt.Errorf("create login role %s: %w", u.name, err)
 		}
 	}

@@ -38,6 +38,15 @@
 -- either: the stamp only sets a column of the row being updated, the others
 -- run as the table owner, and functions are executable by every role.
 --
+-- PostgreSQL 13 and 14 let every role create tables in schema public
+-- (15 made it the owner's alone): there the relay and producers can create
+-- objects in public unless you revoke it, as the schema's owner:
+--
+--   REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+--
+-- (it affects every role without its own grant on public; this file does not
+-- do it for you).
+--
 -- The grants name the table outbox in the current search_path; if you
 -- installed pgoutbox in another schema, qualify the names (myschema.outbox)
 -- and grant USAGE on that schema.
