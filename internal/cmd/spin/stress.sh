@@ -12,19 +12,27 @@ logs="${STRESS_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/pgoutbox-stress-XXXXXX")}"
 mkdir -p "$logs"
 cores="$(nproc 2>/dev/null || echo 2)"
 
+# One CPU-bound process per core.
+loadpids=()
 if command -v stress-ng >/dev/null 2>&1; then
-  load="stress-ng --cpu $cores"
+  load="stress-ng --cpu $cores ($cores workers)"
   stress-ng --cpu "$cores" --timeout 0 --quiet &
+  loadpids+=($!)
 else
-  load="internal/cmd/spin -n $cores"
+  load="$cores processes of internal/cmd/spin -n 1"
   "$go" build -o "$logs/spin" ./internal/cmd/spin
-  "$logs/spin" -n "$cores" &
+  for _ in $(seq 1 "$cores"); do
+    "$logs/spin" -n 1 &
+    loadpids+=($!)
+  done
 fi
-loadpid=$!
-cleanup() { kill "$loadpid" 2>/dev/null || true; wait "$loadpid" 2>/dev/null || true; }
+cleanup() {
+  for p in "${loadpids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${loadpids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT
 
-echo "stress: $runs x make test beside $load (pid $loadpid) on $cores cores; logs in $logs"
+echo "stress: $runs x make test beside $load (pids ${loadpids[*]}) on $cores cores; logs in $logs"
 total_start=$(date +%s)
 for i in $(seq 1 "$runs"); do
   start=$(date +%s)
