@@ -55,13 +55,22 @@ func TestLockWait_TimedOutClaimResumesWhereItWas(t *testing.T) {
 	// of it, even on a loaded machine (300 ms once timed a cold first claim
 	// out under the whole suite's load, and it went, rightly, through the
 	// isolation path), and short enough for a quick test.
+	// Concurrency n: room in flight for every message (max(2×200,
+	// 200+n)+200 > n), so the claimer always has room for a claim that
+	// meets the lock. (With the default 16, a loaded machine could fill the
+	// relay's 600 before the first publish took the lock; its finalizes
+	// then waited behind the lock, no claim ran into it, and the test hung
+	// in its cleanup on the lock's connection.)
 	d, _ := b.start(t, rec, fast(dispatcher.Config{Claim: dispatcher.ClaimUnorderedOnly, Batch: 200, BatchMin: 200,
-		ClaimTimeout: 2 * time.Second, SweepInterval: time.Hour, StatsInterval: -1}))
+		Concurrency: n, ClaimTimeout: 2 * time.Second, SweepInterval: time.Hour, StatsInterval: -1}))
+	var releaseOnce sync.Once
+	unlock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unlock) // runs before the relay is stopped: a failed test does not hold the lock
 	waitFor(t, 30*time.Second, "a claim timed out on the lock", func() bool {
 		s := d.Stats()
 		return s.LockWaits > 0 || s.Isolations > 0
 	})
-	close(release)
+	unlock()
 	<-released
 	waitFor(t, 30*time.Second, "every message delivered and done", func() bool {
 		return rec.published() >= n && b.count(t, "status = 'done'") == n
