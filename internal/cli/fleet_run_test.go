@@ -50,9 +50,12 @@ func TestRun_SeveralDatabasesWithDiscovery(t *testing.T) {
 		}
 		return true
 	})
-	if !strings.Contains(text, `pgoutbox_messages_outcomes_total{database="`+nameOf(c)+`",outcome="published"} 2`) {
-		t.Errorf("the dispatcher's own instruments carry no database label:\n%s", text)
-	}
+	// The dispatcher's own instruments move apart from the fleet's
+	// counters (a scrape can fall between the two): wait for them too.
+	eventually(t, 30*time.Second, "the dispatcher's own instruments labelled with the database", func() bool {
+		_, text = get(t, base+"/metrics")
+		return strings.Contains(text, `pgoutbox_messages_outcomes_total{database="`+nameOf(c)+`",outcome="published"} 2`)
+	})
 	// A database that is dropped from under it: /healthz names it.
 	a.exec(t, "INSERT INTO tenants VALUES ('pgoutbox_no_such_database')")
 	eventually(t, time.Minute, "healthz names the missing database", func() bool {
