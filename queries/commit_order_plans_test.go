@@ -49,6 +49,19 @@ func TestCommitOrder_TriggerKeepsIndexPlansAfterTheTableWasAnalyzedEmpty(t *test
 	if _, err := conn.Exec(ctx, `CREATE TABLE stats_marker (n int); INSERT INTO stats_marker VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}
+	// stat reads one counter of pg_stat_user_tables afresh (not from the
+	// session's cached snapshot).
+	stat := func(column, table string) int64 {
+		t.Helper()
+		if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT coalesce(`+column+`, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	flush := func() {
 		t.Helper()
 		if version >= 150000 {
@@ -64,23 +77,12 @@ func TestCommitOrder_TriggerKeepsIndexPlansAfterTheTableWasAnalyzedEmpty(t *test
 		// marker table, one transaction at a time, until the collector
 		// shows a scan it did not show before; the report that brought it
 		// brought the outbox's counters too.
-		markerSeen := func() int {
-			t.Helper()
-			if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
-				t.Fatal(err)
-			}
-			var seen int
-			if err := conn.QueryRow(ctx, `SELECT coalesce(seq_scan, 0) FROM pg_stat_user_tables WHERE relid = 'stats_marker'::regclass`).Scan(&seen); err != nil {
-				t.Fatal(err)
-			}
-			return seen
-		}
-		start := markerSeen()
+		start := stat("seq_scan", "stats_marker")
 		for {
 			if _, err := conn.Exec(ctx, `SELECT count(*) FROM stats_marker`); err != nil {
 				t.Fatal(err)
 			}
-			if markerSeen() > start {
+			if stat("seq_scan", "stats_marker") > start {
 				return
 			}
 			if ctx.Err() != nil {
@@ -90,16 +92,8 @@ func TestCommitOrder_TriggerKeepsIndexPlansAfterTheTableWasAnalyzedEmpty(t *test
 	}
 	seqRead := func() int64 {
 		t.Helper()
-		// Flush this session's counters, then read them afresh.
 		flush()
-		if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
-			t.Fatal(err)
-		}
-		var n int64
-		if err := conn.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables WHERE relid = 'outbox'::regclass`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return stat("seq_tup_read", "outbox")
 	}
 	produce(20) // past the five custom plans after which a generic one may be cached
 	if _, err := conn.Exec(ctx, `TRUNCATE outbox`); err != nil {
