@@ -144,7 +144,7 @@ type OutboxPurgeDoneParams struct {
 // OutboxPurgeDone deletes at most @limit done rows older than @older_than
 // (done_at, database clock), oldest first. Bounded so each call is a short
 // transaction; call it until it returns 0.
-// Access path: outbox_done_at (00006) in done_at order for the candidates,
+// Access path: outbox_finished (its done part) in done_at order for the candidates,
 // then the primary key through id = ANY(ARRAY(...)). Written as
 // id IN (SELECT ...), the delete was planned as a hash semi join over a
 // sequential scan of the whole table whenever the plan was generic (the CLI's

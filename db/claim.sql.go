@@ -111,7 +111,7 @@ type OutboxClaimRow struct {
 // passed over on their table rows: a claim visits each of them that sorts
 // before the rows it takes. The dispatcher's own claim,
 // OutboxClaimWindow (queries/window.sql), starts from a cursor instead and
-// finds due rows through outbox_pending_due.
+// finds due rows through outbox_due.
 // The locked rows are updated through id = ANY(ARRAY(...)): one primary-key
 // index scan over the chosen ids, with no join for the planner to get wrong.
 // Joined to the CTE instead (UPDATE ... FROM picked), the planner switched

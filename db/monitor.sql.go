@@ -281,7 +281,7 @@ type OutboxQueueDepthRow struct {
 
 // OutboxQueueDepth: the dispatchers' queue-depth gauges (Config.StatsInterval,
 // every relay): undelivered rows by status, counted exactly through their
-// partial indexes, and the done rows counted up to 10,000 (outbox_done_at)
+// partial indexes, and the done rows counted up to 10,000 (outbox_finished)
 // and beyond that estimated from the planner's row count (pg_class.reltuples
 // minus the undelivered rows, never below the 10,000 counted): counting all
 // retained done rows would read them all, every StatsInterval, in every
@@ -289,9 +289,9 @@ type OutboxQueueDepthRow struct {
 // exactly).
 // Indexes: outbox_pending_txid (pending, unordered), outbox_ordered_head
 // (pending, ordered; status is an INCLUDE column), outbox_leased
-// (processing), outbox_dead (dead), outbox_skipped (skipped, at most
-// 10,000 entries; migration 00012), outbox_done_at (done, at most 10,000
-// entries). A skipped message is never counted as done.
+// (processing), outbox_dead (dead), outbox_finished (skipped, at most
+// 10,000 entries; done, at most 10,000 entries: each status is its own
+// range of the index). A skipped message is never counted as done.
 func (q *Queries) OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error) {
 	row := q.db.QueryRow(ctx, outboxQueueDepth)
 	var i OutboxQueueDepthRow

@@ -83,7 +83,7 @@ type Querier interface {
 	// passed over on their table rows: a claim visits each of them that sorts
 	// before the rows it takes. The dispatcher's own claim,
 	// OutboxClaimWindow (queries/window.sql), starts from a cursor instead and
-	// finds due rows through outbox_pending_due.
+	// finds due rows through outbox_due.
 	// The locked rows are updated through id = ANY(ARRAY(...)): one primary-key
 	// index scan over the chosen ids, with no join for the planner to get wrong.
 	// Joined to the CTE instead (UPDATE ... FROM picked), the planner switched
@@ -176,7 +176,8 @@ type Querier interface {
 	// first, so no aggregate waits behind another's backlog.
 	// Lock strategy: as OutboxClaimWindow; the head flag and status are
 	// re-checked on the locked row version.
-	// Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
+	// Indexes: outbox_ordered_txid (open, fresh), outbox_due (due; it holds
+	// unordered entries too, skipped on their table rows).
 	// Each row comes with its position (migration 00010): seq, prev_seq (the
 	// aggregate's previous event) and sent_seq (the latest earlier event that
 	// was delivered), 0 for none; prev_seq <> sent_seq means the previous
@@ -213,14 +214,14 @@ type Querier interface {
 	// later sweep), then UPDATE by primary key, writing the lease as every claim
 	// does (lease_version + 1, attempts + 1).
 	// Indexes: outbox_pending_txid (txid from @since's xmax, and per @since's
-	// xip entry), outbox_pending_due (available_at after @due_since).
+	// xip entry), outbox_due (available_at after @due_since).
 	// 0 rows: nothing was passed (the normal case).
 	OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]*OutboxClaimPassedRow, error)
 	// OutboxClaimPassedOrdered is OutboxClaimPassed for ordered heads (each is
 	// the only claimable row of its aggregate, so recovering it keeps the order),
 	// bounded the same way by @since and @due_since.
 	// Lock strategy: as OutboxClaimPassed. Indexes: outbox_ordered_txid,
-	// outbox_ordered_due.
+	// outbox_due.
 	// 0 rows: nothing was passed (the normal case).
 	OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]*OutboxClaimPassedOrderedRow, error)
 	// Claims from a cursor (migration 00005). OutboxClaim scans
@@ -308,7 +309,8 @@ type Querier interface {
 	// locked by a concurrent claim is passed: that claim takes it. (Should that
 	// claim roll back, the row is pending again behind the cursor; the caller's
 	// periodic OutboxClaimPassed recovers it.)
-	// Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
+	// Indexes: outbox_pending_txid (open, fresh), outbox_due (due; it holds
+	// ordered heads' entries too, skipped on their table rows).
 	// 0 rows: nothing new is claimable since the cursor; with fewer rows than
 	// @batch the window is exhausted and the caller advances the cursor.
 	OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]*OutboxClaimWindowRow, error)
@@ -746,13 +748,13 @@ type Querier interface {
 	// repair: ordered rows never sequenced, pending rows and heads with a txid
 	// this server has not assigned, and sequences behind the rows.
 	// Lock strategy: none.
-	// Indexes: outbox_ordered_unsequenced, outbox_pending_txid,
+	// Indexes: outbox_ordered_unresolved, outbox_pending_txid,
 	// outbox_ordered_txid, the primary key.
 	OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error)
 	// OutboxPurgeDone deletes at most @limit done rows older than @older_than
 	// (done_at, database clock), oldest first. Bounded so each call is a short
 	// transaction; call it until it returns 0.
-	// Access path: outbox_done_at (00006) in done_at order for the candidates,
+	// Access path: outbox_finished (its done part) in done_at order for the candidates,
 	// then the primary key through id = ANY(ARRAY(...)). Written as
 	// id IN (SELECT ...), the delete was planned as a hash semi join over a
 	// sequential scan of the whole table whenever the plan was generic (the CLI's
@@ -783,7 +785,7 @@ type Querier interface {
 	OutboxPurgeResolved(ctx context.Context, arg OutboxPurgeResolvedParams) ([]int64, error)
 	// OutboxQueueDepth: the dispatchers' queue-depth gauges (Config.StatsInterval,
 	// every relay): undelivered rows by status, counted exactly through their
-	// partial indexes, and the done rows counted up to 10,000 (outbox_done_at)
+	// partial indexes, and the done rows counted up to 10,000 (outbox_finished)
 	// and beyond that estimated from the planner's row count (pg_class.reltuples
 	// minus the undelivered rows, never below the 10,000 counted): counting all
 	// retained done rows would read them all, every StatsInterval, in every
@@ -791,9 +793,9 @@ type Querier interface {
 	// exactly).
 	// Indexes: outbox_pending_txid (pending, unordered), outbox_ordered_head
 	// (pending, ordered; status is an INCLUDE column), outbox_leased
-	// (processing), outbox_dead (dead), outbox_skipped (skipped, at most
-	// 10,000 entries; migration 00012), outbox_done_at (done, at most 10,000
-	// entries). A skipped message is never counted as done.
+	// (processing), outbox_dead (dead), outbox_finished (skipped, at most
+	// 10,000 entries; done, at most 10,000 entries: each status is its own
+	// range of the index). A skipped message is never counted as done.
 	OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error)
 	// OutboxReap buries messages whose worker keeps dying: processing rows whose
 	// lease expired with every attempt spent go to dead. A poison message never
@@ -918,7 +920,7 @@ type Querier interface {
 	// (the function refuses otherwise); call it until it returns fewer than
 	// @max_rows.
 	// Lock strategy: outbox_lock_aggregates, then UPDATE by primary key.
-	// Index: outbox_ordered_unsequenced, outbox_ordered_seq.
+	// Index: outbox_ordered_unresolved, outbox_ordered_seq.
 	// Returns the rows sequenced; 0 is the normal case.
 	OutboxRepairUnsequenced(ctx context.Context, maxRows int32) (int32, error)
 	// OutboxReschedule puts a message back to pending at now() + @delay: a
@@ -936,7 +938,7 @@ type Querier interface {
 	// one statement cannot read after its own locks). Run it read committed: the
 	// dispatcher's recovery lane does, every ReapInterval.
 	// Lock strategy: pg_advisory_xact_lock per aggregate, in key order.
-	// Indexes: outbox_ordered_undecided, outbox_ordered_seq (one backward step).
+	// Indexes: outbox_ordered_unresolved, outbox_ordered_seq (one backward step).
 	// Returns the rows decided; 0 is the normal case.
 	OutboxResolveHeads(ctx context.Context, maxRows int32) (int32, error)
 	// Rows that came from another server (migration 00008): restored with

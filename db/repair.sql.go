@@ -34,7 +34,7 @@ type OutboxPortabilityRow struct {
 // repair: ordered rows never sequenced, pending rows and heads with a txid
 // this server has not assigned, and sequences behind the rows.
 // Lock strategy: none.
-// Indexes: outbox_ordered_unsequenced, outbox_pending_txid,
+// Indexes: outbox_ordered_unresolved, outbox_pending_txid,
 // outbox_ordered_txid, the primary key.
 func (q *Queries) OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error) {
 	row := q.db.QueryRow(ctx, outboxPortability, cap)
@@ -78,7 +78,7 @@ SELECT outbox_repair_unsequenced($1::integer)::integer AS sequenced
 // (the function refuses otherwise); call it until it returns fewer than
 // @max_rows.
 // Lock strategy: outbox_lock_aggregates, then UPDATE by primary key.
-// Index: outbox_ordered_unsequenced, outbox_ordered_seq.
+// Index: outbox_ordered_unresolved, outbox_ordered_seq.
 // Returns the rows sequenced; 0 is the normal case.
 func (q *Queries) OutboxRepairUnsequenced(ctx context.Context, maxRows int32) (int32, error) {
 	row := q.db.QueryRow(ctx, outboxRepairUnsequenced, maxRows)

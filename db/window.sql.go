@@ -129,7 +129,8 @@ type OutboxClaimOrderedWindowRow struct {
 // first, so no aggregate waits behind another's backlog.
 // Lock strategy: as OutboxClaimWindow; the head flag and status are
 // re-checked on the locked row version.
-// Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
+// Indexes: outbox_ordered_txid (open, fresh), outbox_due (due; it holds
+// unordered entries too, skipped on their table rows).
 // Each row comes with its position (migration 00010): seq, prev_seq (the
 // aggregate's previous event) and sent_seq (the latest earlier event that
 // was delivered), 0 for none; prev_seq <> sent_seq means the previous
@@ -285,7 +286,7 @@ type OutboxClaimPassedRow struct {
 // later sweep), then UPDATE by primary key, writing the lease as every claim
 // does (lease_version + 1, attempts + 1).
 // Indexes: outbox_pending_txid (txid from @since's xmax, and per @since's
-// xip entry), outbox_pending_due (available_at after @due_since).
+// xip entry), outbox_due (available_at after @due_since).
 // 0 rows: nothing was passed (the normal case).
 func (q *Queries) OutboxClaimPassed(ctx context.Context, arg OutboxClaimPassedParams) ([]*OutboxClaimPassedRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimPassed,
@@ -404,7 +405,7 @@ type OutboxClaimPassedOrderedRow struct {
 // the only claimable row of its aggregate, so recovering it keeps the order),
 // bounded the same way by @since and @due_since.
 // Lock strategy: as OutboxClaimPassed. Indexes: outbox_ordered_txid,
-// outbox_ordered_due.
+// outbox_due.
 // 0 rows: nothing was passed (the normal case).
 func (q *Queries) OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]*OutboxClaimPassedOrderedRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimPassedOrdered,
@@ -656,7 +657,8 @@ type OutboxClaimWindowRow struct {
 // locked by a concurrent claim is passed: that claim takes it. (Should that
 // claim roll back, the row is pending again behind the cursor; the caller's
 // periodic OutboxClaimPassed recovers it.)
-// Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
+// Indexes: outbox_pending_txid (open, fresh), outbox_due (due; it holds
+// ordered heads' entries too, skipped on their table rows).
 // 0 rows: nothing new is claimable since the cursor; with fewer rows than
 // @batch the window is exhausted and the caller advances the cursor.
 func (q *Queries) OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]*OutboxClaimWindowRow, error) {
@@ -779,7 +781,7 @@ SELECT outbox_resolve_heads($1::integer)::integer AS decided
 // one statement cannot read after its own locks). Run it read committed: the
 // dispatcher's recovery lane does, every ReapInterval.
 // Lock strategy: pg_advisory_xact_lock per aggregate, in key order.
-// Indexes: outbox_ordered_undecided, outbox_ordered_seq (one backward step).
+// Indexes: outbox_ordered_unresolved, outbox_ordered_seq (one backward step).
 // Returns the rows decided; 0 is the normal case.
 func (q *Queries) OutboxResolveHeads(ctx context.Context, maxRows int32) (int32, error) {
 	row := q.db.QueryRow(ctx, outboxResolveHeads, maxRows)

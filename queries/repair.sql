@@ -48,7 +48,7 @@ UPDATE outbox AS o
 -- (the function refuses otherwise); call it until it returns fewer than
 -- @max_rows.
 -- Lock strategy: outbox_lock_aggregates, then UPDATE by primary key.
--- Index: outbox_ordered_unsequenced, outbox_ordered_seq.
+-- Index: outbox_ordered_unresolved, outbox_ordered_seq.
 -- Returns the rows sequenced; 0 is the normal case.
 -- name: OutboxRepairUnsequenced :one
 SELECT outbox_repair_unsequenced(@max_rows::integer)::integer AS sequenced;
@@ -68,7 +68,7 @@ SELECT outbox_repair_sequences(@check_only::boolean, @scan_all::boolean)::intege
 -- repair: ordered rows never sequenced, pending rows and heads with a txid
 -- this server has not assigned, and sequences behind the rows.
 -- Lock strategy: none.
--- Indexes: outbox_ordered_unsequenced, outbox_pending_txid,
+-- Indexes: outbox_ordered_unresolved, outbox_pending_txid,
 -- outbox_ordered_txid, the primary key.
 -- name: OutboxPortability :one
 SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox AS u WHERE u.ordered AND u.seq IS NULL LIMIT @cap::integer) AS u) AS unsequenced,

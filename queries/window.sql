@@ -92,7 +92,8 @@ SELECT pg_current_snapshot()::text AS snapshot,
 -- locked by a concurrent claim is passed: that claim takes it. (Should that
 -- claim roll back, the row is pending again behind the cursor; the caller's
 -- periodic OutboxClaimPassed recovers it.)
--- Indexes: outbox_pending_txid (open, fresh), outbox_pending_due (due).
+-- Indexes: outbox_pending_txid (open, fresh), outbox_due (due; it holds
+-- ordered heads' entries too, skipped on their table rows).
 -- 0 rows: nothing new is claimable since the cursor; with fewer rows than
 -- @batch the window is exhausted and the caller advances the cursor.
 -- name: OutboxClaimWindow :many
@@ -196,7 +197,7 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- later sweep), then UPDATE by primary key, writing the lease as every claim
 -- does (lease_version + 1, attempts + 1).
 -- Indexes: outbox_pending_txid (txid from @since's xmax, and per @since's
--- xip entry), outbox_pending_due (available_at after @due_since).
+-- xip entry), outbox_due (available_at after @due_since).
 -- 0 rows: nothing was passed (the normal case).
 -- name: OutboxClaimPassed :many
 WITH win AS (
@@ -271,7 +272,8 @@ RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 -- first, so no aggregate waits behind another's backlog.
 -- Lock strategy: as OutboxClaimWindow; the head flag and status are
 -- re-checked on the locked row version.
--- Indexes: outbox_ordered_txid (open, fresh), outbox_ordered_due (due).
+-- Indexes: outbox_ordered_txid (open, fresh), outbox_due (due; it holds
+-- unordered entries too, skipped on their table rows).
 -- Each row comes with its position (migration 00010): seq, prev_seq (the
 -- aggregate's previous event) and sent_seq (the latest earlier event that
 -- was delivered), 0 for none; prev_seq <> sent_seq means the previous
@@ -357,7 +359,7 @@ SELECT c.id, c.lease_version, c.attempts, c.aggregate_type, c.aggregate_id,
 -- the only claimable row of its aggregate, so recovering it keeps the order),
 -- bounded the same way by @since and @due_since.
 -- Lock strategy: as OutboxClaimPassed. Indexes: outbox_ordered_txid,
--- outbox_ordered_due.
+-- outbox_due.
 -- 0 rows: nothing was passed (the normal case).
 -- name: OutboxClaimPassedOrdered :many
 WITH win AS (
@@ -430,7 +432,7 @@ RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 -- one statement cannot read after its own locks). Run it read committed: the
 -- dispatcher's recovery lane does, every ReapInterval.
 -- Lock strategy: pg_advisory_xact_lock per aggregate, in key order.
--- Indexes: outbox_ordered_undecided, outbox_ordered_seq (one backward step).
+-- Indexes: outbox_ordered_unresolved, outbox_ordered_seq (one backward step).
 -- Returns the rows decided; 0 is the normal case.
 -- name: OutboxResolveHeads :one
 SELECT outbox_resolve_heads(@max_rows::integer)::integer AS decided;

@@ -191,8 +191,11 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	migs, _ := filepath.Glob(filepath.Join(outDir, "migrations", "*.sql"))
 	for _, m := range migs {
 		up, _ := gooseSections(t, m)
-		if _, err := d.pool.Exec(ctx, up); err != nil {
-			t.Fatalf("apply %s: %v", filepath.Base(m), err)
+		head, _ := os.ReadFile(m)
+		for _, stmt := range gooseStatements(up, strings.Contains(string(head), "-- +goose NO TRANSACTION")) {
+			if _, err := d.pool.Exec(ctx, stmt); err != nil {
+				t.Fatalf("apply %s: %v", filepath.Base(m), err)
+			}
 		}
 	}
 	out := runCmd(t, proj, goEnv, goBin, "run", "./cmd/check", d.url)
@@ -219,8 +222,11 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	// Down, newest first, leaves pgoutbox's table alone.
 	for i := len(migs) - 1; i >= 0; i-- {
 		_, down := gooseSections(t, migs[i])
-		if _, err := d.pool.Exec(ctx, down); err != nil {
-			t.Fatalf("down %s: %v", filepath.Base(migs[i]), err)
+		head, _ := os.ReadFile(migs[i])
+		for _, stmt := range gooseStatements(down, strings.Contains(string(head), "-- +goose NO TRANSACTION")) {
+			if _, err := d.pool.Exec(ctx, stmt); err != nil {
+				t.Fatalf("down %s: %v", filepath.Base(migs[i]), err)
+			}
 		}
 	}
 	var exists bool
@@ -397,6 +403,37 @@ func gooseSections(t *testing.T, path string) (up, down string) {
 		t.Fatalf("%s: no goose Up/Down sections", path)
 	}
 	return text[u:dn], text[dn:]
+}
+
+// gooseStatements splits a goose section into what goose sends: the whole
+// section at once in a transaction, or, for a NO TRANSACTION file, one
+// statement at a time (CREATE INDEX CONCURRENTLY refuses a transaction
+// block, and several statements sent at once are one).
+func gooseStatements(section string, noTransaction bool) []string {
+	if !noTransaction {
+		return []string{section}
+	}
+	var stmts []string
+	var cur strings.Builder
+	block := false
+	for _, line := range strings.SplitAfter(section, "\n") {
+		switch strings.TrimSpace(line) {
+		case "-- +goose StatementBegin":
+			block = true
+		case "-- +goose StatementEnd":
+			block = false
+			stmts, cur = append(stmts, cur.String()), strings.Builder{}
+			continue
+		}
+		cur.WriteString(line)
+		if !block && strings.HasSuffix(strings.TrimSpace(line), ";") && !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			stmts, cur = append(stmts, cur.String()), strings.Builder{}
+		}
+	}
+	if strings.TrimSpace(cur.String()) != "" {
+		stmts = append(stmts, cur.String())
+	}
+	return stmts
 }
 
 func writeFile(t *testing.T, path, text string) {
