@@ -77,7 +77,8 @@ var suite = []struct {
 	// The query contract: claim, ordered claim, fenced finalize, reap, the
 	// recovery lanes, commit order, notify and wake-up.
 	{"./queries", ""},
-	// The dispatcher's delivery, order and fencing. Not the crash-restart
+	// The dispatcher's delivery, order and fencing, and an upgrade from the
+	// previous migration with events in every state. Not the crash-restart
 	// test: it needs the WAL of 30 asynchronous commits still in the
 	// server's memory when a backend is killed, and on 17 and 18 the WAL
 	// writer has often written them out by then, ten crashes in a row (12
@@ -89,7 +90,7 @@ var suite = []struct {
 		"TestWindow_", "TestNotify_", "TestRecovery_", "TestShutdown_HandsBack",
 		"TestBreaker_OutageBurnsNoAttempts", "TestPoisonMessage_", "TestFailures_Retries",
 		"TestRelays_", "TestDispatcher_RunFailsAtStart", "TestLockWait_",
-		"TestBacklog_", "TestClaimCursor_",
+		"TestBacklog_", "TestClaimCursor_", "TestUpgrade_",
 	}, "|") + ")"},
 }
 
