@@ -399,11 +399,9 @@ WITH b AS (
       FROM generate_series(greatest($2::integer, 1) - 1, 0, -1) AS n
 )
 SELECT b.minute::timestamptz AS minute,
-       (SELECT count(*)
-          FROM outbox AS o
-         WHERE o.status = 'done'
-           AND o.done_at >= b.minute
-           AND o.done_at < b.minute + interval '1 minute') AS delivered,
+       (SELECT coalesce(sum(c.delivered), 0)
+          FROM outbox_delivered AS c
+         WHERE c.minute = b.minute)::bigint AS delivered,
        s.sampled::bigint AS sampled,
        s.p50_ms,
        s.p99_ms,
@@ -442,26 +440,30 @@ type OutboxConsoleDeliveredPerMinuteRow struct {
 // OutboxConsoleDeliveredPerMinute: deliveries of the last @minutes minutes,
 // one row per minute (oldest first; the last row is the current, partial
 // minute), for the throughput and end-to-end latency charts and the fleet
-// overview's rate. delivered is exact: every done row whose done_at falls in
-// the minute is counted (status 'done' only: a skipped message was never
-// delivered), so a bar is the minute's true average rate whenever in the
-// minute the deliveries came. The latency figures (done_at - created_at,
-// milliseconds) describe a sample: the first @latency_sample deliveries of
-// the minute in done_at order (all of them below that; sampled says how
-// many). All times on the database clock. Latency is float8 (date_part):
-// extract returns numeric, whose arithmetic and sort made the percentiles
-// cost twice the time.
+// overview's rate. delivered is exact and read from counters, not counted
+// from the done rows: the sum of the minute's rows of outbox_delivered
+// (migration 00018), which the triggers on outbox change in the same
+// statement as every row that enters or leaves 'done' (a finalize, a
+// redelivery, a purge), so in any snapshot it equals the number of done
+// rows whose done_at falls in the minute (status 'done' only: a skipped
+// message was never delivered); a bar is the minute's true average rate
+// whenever in the minute the deliveries came. The latency figures
+// (done_at - created_at, milliseconds) describe a sample: the first
+// @latency_sample deliveries of the minute in done_at order (all of them
+// below that; sampled says how many). All times on the database clock.
+// Latency is float8 (date_part): extract returns numeric, whose arithmetic
+// and sort made the percentiles cost twice the time.
 // The minutes come from an integer series, whose row count the planner
 // knows (a timestamp series is estimated at 1,000 rows). Callers run it with
-// jit off (SET LOCAL): its cost grows with the deliveries counted, and
-// above jit_above_cost PostgreSQL spent 2.7 s compiling it for 0.2 s of
-// work (412,000 deliveries in the hour).
-// Cost: one index range scan per minute for the count (index only where
-// the visibility map allows) and one for the sample: it grows with the
-// deliveries of those minutes, never with the retained done rows; measured
-// in docs/console/README.md.
-// Index: outbox_done_at (done_at INCLUDE created_at, done rows only;
-// migration 00006).
+// jit off (SET LOCAL), as it was when it counted every delivery.
+// Cost: one primary-key range scan of outbox_delivered per minute (a row
+// per connection that delivered in it) and one bounded index range scan for
+// the sample (at most @latency_sample entries, index only where the
+// visibility map allows): it grows neither with the deliveries of the hour
+// nor with the retained done rows; measured in docs/console/README.md.
+// Index: outbox_delivered_pkey (minute, backend); outbox_finished (its
+// done part, in done_at order, INCLUDE created_at; migration 00017) for the
+// sample.
 func (q *Queries) OutboxConsoleDeliveredPerMinute(ctx context.Context, arg OutboxConsoleDeliveredPerMinuteParams) ([]*OutboxConsoleDeliveredPerMinuteRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDeliveredPerMinute, arg.LatencySample, arg.Minutes)
 	if err != nil {
@@ -887,13 +889,13 @@ WITH unordered AS (
                             FROM outbox
                            WHERE status = 'pending' AND NOT ordered
                            ORDER BY txid, id
-                           LIMIT $2::integer) AS p),
+                           LIMIT $3::integer) AS p),
                  (SELECT min(d.created_at)
                     FROM (SELECT created_at
                             FROM outbox
                            WHERE status = 'pending' AND NOT ordered AND available_at > created_at
                            ORDER BY available_at, id
-                           LIMIT $2::integer) AS d)) AS oldest
+                           LIMIT $3::integer) AS d)) AS oldest
 ), ordered AS (
     SELECT count(*) AS n, min(p.created_at) AS oldest
       FROM (SELECT created_at FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL LIMIT $1::integer) AS p
@@ -904,7 +906,7 @@ WITH unordered AS (
 SELECT ((SELECT n FROM unordered) + (SELECT n FROM ordered))::bigint AS pending,
        (SELECT n FROM processing)::bigint AS processing,
        (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'dead' LIMIT $1::integer) AS d)::bigint AS dead,
-       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'done' LIMIT $1::integer) AS d)::bigint AS done,
+       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'done' LIMIT $2::integer) AS d)::bigint AS done,
        (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE status = 'skipped' LIMIT $1::integer) AS k)::bigint AS skipped,
        coalesce(extract(epoch FROM now() - least((SELECT oldest FROM unordered_oldest), (SELECT oldest FROM ordered),
                                                 (SELECT oldest FROM processing))), 0)::float8 AS oldest_age_seconds,
@@ -913,6 +915,7 @@ SELECT ((SELECT n FROM unordered) + (SELECT n FROM ordered))::bigint AS pending,
 
 type OutboxConsoleStatusCountsParams struct {
 	Cap       int32 `json:"cap"`
+	DoneCap   int32 `json:"done_cap"`
 	LowestIds int32 `json:"lowest_ids"`
 }
 
@@ -942,8 +945,10 @@ type OutboxConsoleStatusCountsRow struct {
 // QueryExecModeExec): the optional filters (sqlc.narg ... IS NULL OR ...)
 // would otherwise get a generic plan that ignores which filters are set.
 // OutboxConsoleStatusCounts: messages by status, each count stopping at
-// @cap rows (the page shows "cap+" when a count reached it; below the cap a
-// count is exact; done rows beyond it are estimated, see below), the
+// @cap rows, done rows at @done_cap (the page shows "cap+" when a count
+// reached it; below the cap a count is exact; done rows beyond theirs are
+// estimated, see below: they are the retained history, millions, and each
+// entry counted costs the same whether the page then shows it or not), the
 // age in seconds of the oldest undelivered (pending or processing) message
 // (0 when there is none), and the planner's estimate of all rows
 // (pg_class.reltuples, -1 when the table has never been analyzed), from
@@ -954,11 +959,13 @@ type OutboxConsoleStatusCountsRow struct {
 // order (a transaction gets its txid when it first writes, and created_at
 // is when it began, so the oldest is among them unless a producer's
 // transaction stayed open while @lowest_ids newer rows were inserted) and
-// the first @lowest_ids entries of outbox_pending_due in (available_at, id)
-// order: a message made pending again (a retry, a defer, a redrive) carries
-// a new txid but keeps its created_at, and its available_at lies after its
-// created_at, so it is in that index (with more than @lowest_ids messages in
-// backoff or scheduled for later, an older one among the rest is missed);
+// the first @lowest_ids unordered entries of outbox_due in (available_at,
+// id) order: a message made pending again (a retry, a defer, a redrive)
+// carries a new txid but keeps its created_at, and its available_at lies
+// after its created_at, so it is in that index (with more than @lowest_ids
+// messages in backoff or scheduled for later, an older one among the rest
+// is missed; the ordered heads that index also holds are skipped on their
+// table rows, as few as the ordered heads waiting for a retry);
 // ordered pending rows are counted and aged in one pass over
 // outbox_ordered_head alone (status and created_at are INCLUDE columns,
 // 00006; an unsequenced ordered row is uncommitted and invisible anyway),
@@ -966,13 +973,14 @@ type OutboxConsoleStatusCountsRow struct {
 // in (aggregate_id, seq) order; processing rows in one pass over
 // outbox_leased and their table rows (bounded by what relays hold).
 // Indexes: outbox_pending_txid (pending unordered: the count, index only,
-// and the first entries), outbox_pending_due (its first entries),
+// and the first entries), outbox_due (its first unordered entries; 00017),
 // outbox_ordered_head, outbox_leased,
-// outbox_dead (dead, count, index only), outbox_skipped (skipped, count,
-// at most @cap entries; 00012), outbox_done_at (done, count, at
-// most @cap entries, index only where the visibility map allows).
+// outbox_dead (dead, count, index only), outbox_finished (00017: its
+// skipped part for the skipped count, at most @cap entries, and its done
+// part for the done count, at most @done_cap entries, index only where
+// the visibility map allows).
 func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error) {
-	row := q.db.QueryRow(ctx, outboxConsoleStatusCounts, arg.Cap, arg.LowestIds)
+	row := q.db.QueryRow(ctx, outboxConsoleStatusCounts, arg.Cap, arg.DoneCap, arg.LowestIds)
 	var i OutboxConsoleStatusCountsRow
 	err := row.Scan(
 		&i.Pending,

@@ -19,9 +19,10 @@
 --                      version at start), SELECT, INSERT and UPDATE on
 --                      outbox_attempts (the attempt history the finalize
 --                      writes with each failure), and its own row of
---                      outbox_relays (the relays view). LISTEN needs no
---                      grant. It cannot INSERT or DELETE outbox rows, or
---                      change the schema.
+--                      outbox_relays (the relays view), SELECT on
+--                      outbox_delivered (the deliveries per minute the
+--                      console charts). LISTEN needs no grant. It cannot
+--                      INSERT or DELETE outbox rows, or change the schema.
 --   pgoutbox_admin     operators (`pgoutbox stats`, `dead list/show/retry/
 --                      skip`, `redeliver`, `purge`): everything the relay
 --                      has, plus DELETE on outbox and outbox_attempts for
@@ -77,6 +78,9 @@ GRANT SELECT ON pgoutbox_migrations TO pgoutbox_relay;
 GRANT SELECT, INSERT, UPDATE ON outbox_attempts TO pgoutbox_relay;
 -- Each relay records itself (its heartbeat) and forgets long-silent relays.
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relays TO pgoutbox_relay;
+-- The deliveries per minute (the console's chart, migration 00018): read
+-- only; the triggers that keep them write as the table owner.
+GRANT SELECT ON outbox_delivered TO pgoutbox_relay;
 
 -- Operators: the relay's rights plus purge.
 GRANT pgoutbox_relay TO pgoutbox_admin;

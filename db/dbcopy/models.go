@@ -46,6 +46,12 @@ type OutboxAttempt struct {
 	Answer    *string   `json:"answer"`
 }
 
+type OutboxDelivered struct {
+	Minute    time.Time `json:"minute"`
+	Backend   int32     `json:"backend"`
+	Delivered int64     `json:"delivered"`
+}
+
 type OutboxRelay struct {
 	OwnerPrefix    string     `json:"owner_prefix"`
 	Owner          string     `json:"owner"`
