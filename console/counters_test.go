@@ -16,10 +16,12 @@ import (
 var barRe = regexp.MustCompile(`<rect[^>]*data-t="([^"]+)"[^>]*data-v="([^"]+)"`)
 
 // The overview's deliveries come from the counters of migration 00018, not
-// from a count of the done rows; they stay equal to the table through every
-// way a row enters or leaves 'done': claims and fenced finalizes by four
-// relays at once (each its own connection), a redelivery, a purge, a
-// skipped message, a done_at moved to another minute, a DELETE rolled back.
+// from a count of the done rows; pgoutbox's statements keep them equal to
+// the table through every way they make a row enter or leave 'done': claims
+// and fenced finalizes by four relays at once (each its own connection), a
+// batch of mixed outcomes, a redelivery, a purge; a skipped message and a
+// DELETE rolled back change nothing; changes by hand (done_at moved to
+// other minutes, rows loaded done, TRUNCATE) are recounted by the rebuild.
 // After each step, every charted minute's counter equals the count of its
 // done rows, and the page's figures (the hour's deliveries, each past
 // minute's bar) equal the table.
@@ -151,13 +153,43 @@ SELECT m.minute,
 	}
 	check("after four relays")
 
+	// The relay's statement for mixed outcomes counts only the rows it made
+	// done.
+	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+	      SELECT 'order', 'm-' || g, 'OrderPaid', '{}' FROM generate_series(1, 30) AS g`)
+	claimed, err := db.New(pool).OutboxClaim(ctx, db.OutboxClaimParams{MaxAttempts: 10, Batch: 30, Owner: "mixed/run.1", Lease: time.Minute})
+	if err != nil || len(claimed) != 30 {
+		t.Fatalf("claimed %d of 30 (%v)", len(claimed), err)
+	}
+	mixed := db.OutboxFinalizeManyParams{UnorderedOnly: true, MaxDeferAge: time.Hour}
+	for i, m := range claimed {
+		outcome := []string{"done", "retry", "defer", "dead", "release"}[i%5]
+		mixed.Ids = append(mixed.Ids, m.ID)
+		mixed.LeaseVersions = append(mixed.LeaseVersions, m.LeaseVersion)
+		mixed.LeaseOwners = append(mixed.LeaseOwners, "mixed/run.1")
+		mixed.Outcomes = append(mixed.Outcomes, outcome)
+		mixed.DelaysUs = append(mixed.DelaysUs, 60_000_000)
+		mixed.Errors = append(mixed.Errors, "")
+		mixed.History = append(mixed.History, "")
+		mixed.Answers = append(mixed.Answers, "")
+	}
+	if r, err := db.New(pool).OutboxFinalizeMany(ctx, mixed); err != nil || len(r.Ids) != 30 {
+		t.Fatalf("OutboxFinalizeMany wrote %v (%v), want 30 rows", r, err)
+	}
+	if n := count(`SELECT count(*) FROM outbox WHERE status = 'done'`); n != 2006 {
+		t.Fatalf("%d done rows after the mixed batch, want 2006", n)
+	}
+	check("after a batch of mixed outcomes")
+
 	// Deliveries spread over the hour: done_at moved back by 0-70 minutes
 	// (some past the charted hour), a row at a time and in one statement.
+	// Changes by hand are not counted: the rebuild recounts them.
 	exec(`UPDATE outbox SET done_at = done_at - (id % 71) * interval '1 minute' WHERE id % 3 = 0`)
 	for id := int64(1); id <= 20; id++ {
 		exec(`UPDATE outbox SET done_at = done_at - interval '7 minutes' WHERE id = $1`, id)
 	}
-	check("after done_at moved")
+	exec(`SELECT outbox_delivered_rebuild()`)
+	check("after done_at moved by hand and a rebuild")
 
 	q := db.New(pool)
 	redeliver := []int64{4, 5, 6, 300, 301, 1999}
@@ -193,7 +225,8 @@ SELECT m.minute,
 	check("after a load and a rebuild")
 
 	exec(`TRUNCATE outbox`)
+	exec(`SELECT outbox_delivered_rebuild()`)
 	if n := count(`SELECT count(*) FROM outbox_delivered`); n != 0 {
-		t.Errorf("after TRUNCATE outbox: %d counter rows, want none", n)
+		t.Errorf("after TRUNCATE outbox and a rebuild: %d counter rows, want none", n)
 	}
 }

@@ -67,11 +67,14 @@ func (q *Queries) OutboxAttemptHistory(ctx context.Context, messageID int64) ([]
 
 const outboxRedeliverDone = `-- name: OutboxRedeliverDone :many
 WITH old AS (
-    SELECT p.id, p.attempts, p.lease_version
+    -- Locked, so done_at is the row's latest (its delivery leaves that
+    -- minute's count).
+    SELECT p.id, p.attempts, p.lease_version, p.done_at
       FROM outbox AS p
      WHERE p.id = ANY ($1::bigint[])
        AND p.status = 'done'
        AND NOT p.ordered
+       FOR UPDATE
 ),
 changed AS (
     UPDATE outbox AS o
@@ -83,7 +86,15 @@ changed AS (
      WHERE o.id = old.id
        AND o.status = 'done'
        AND NOT o.ordered
-    RETURNING o.id, old.attempts, old.lease_version
+    RETURNING o.id, old.attempts, old.lease_version, old.done_at
+),
+counted AS (
+    -- Each redelivered message leaves its delivery's minute in the
+    -- deliveries per minute (outbox_delivered_add, migration 00018).
+    SELECT outbox_delivered_add(coalesce(array_agg(g.minute), '{}'), coalesce(array_agg(-g.n), '{}'))
+      FROM (SELECT date_trunc('minute', c.done_at) AS minute, count(*) AS n
+              FROM changed AS c
+             GROUP BY 1) AS g
 ),
 history AS (
     INSERT INTO outbox_attempts AS h (message_id, slot, n, at, kind, attempt, actor)
@@ -106,6 +117,7 @@ SELECT r.id::bigint AS id,
   FROM (SELECT DISTINCT unnest($1::bigint[]) AS id) AS r
   LEFT JOIN changed AS c ON c.id = r.id
   LEFT JOIN outbox AS o ON o.id = r.id
+ WHERE (SELECT count(*) FROM counted) >= 0
  ORDER BY r.id
 `
 

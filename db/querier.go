@@ -700,8 +700,9 @@ type Querier interface {
 	// writes get 0 rows. Fencing protects the database state only: the message
 	// may already have been published, so downstream deduplicates by outbox id.
 	// Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
-	// OutboxMarkDone records a successful publish.
-	// 0 rows: lease lost (taken over, reaped, or the claim itself lost in a
+	// OutboxMarkDone records a successful publish, and counts it in the
+	// current minute's deliveries (outbox_delivered_add, migration 00018).
+	// 0: lease lost (taken over, reaped, or the claim itself lost in a
 	// failover to an asynchronous standby) — log it, do nothing else.
 	OutboxMarkDone(ctx context.Context, arg OutboxMarkDoneParams) (int64, error)
 	// OutboxMarkDoneMany finalizes a batch of successful publishes in one
@@ -714,6 +715,9 @@ type Querier interface {
 	// nearly always say "about 0 rows", and the cached generic plan then
 	// compares every row in flight with every id of the batch (measured: 86 ms
 	// instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
+	// The rows made done are counted in the current minute's deliveries
+	// (outbox_delivered_add, migration 00018: one upsert per statement into
+	// this connection's counter row).
 	// Returns the ids actually finalized, as one array (one row to send and
 	// decode instead of one per message); an id missing
 	// from it lost its lease. Never NULL: empty when none was finalized.
@@ -775,8 +779,10 @@ type Querier interface {
 	// in the same statement (a primary-key probe per candidate; a candidate
 	// redelivered between the candidate scan and its delete keeps its row but
 	// loses its history).
+	// Deleted rows done within the last two hours leave their minutes'
+	// deliveries (outbox_delivered_add, migration 00018) in the same statement.
 	// Lock strategy: plain DELETE by primary key; status is re-checked on the
-	// row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
+	// row version deleted. Returns the rows deleted; 0 = nothing left to purge.
 	OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error)
 	// OutboxPurgeResolved deletes at most @limit messages whose status is in
 	// @statuses (the CLI passes 'dead' and 'skipped', never 'done': done rows

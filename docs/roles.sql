@@ -79,7 +79,8 @@ GRANT SELECT, INSERT, UPDATE ON outbox_attempts TO pgoutbox_relay;
 -- Each relay records itself (its heartbeat) and forgets long-silent relays.
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relays TO pgoutbox_relay;
 -- The deliveries per minute (the console's chart, migration 00018): read
--- only; the triggers that keep them write as the table owner.
+-- only; pgoutbox's statements write them through a function that runs
+-- as the table owner.
 GRANT SELECT ON outbox_delivered TO pgoutbox_relay;
 
 -- Operators: the relay's rights plus purge.

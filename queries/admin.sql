@@ -73,9 +73,11 @@ SELECT outbox_lock_aggregates(ARRAY(
 -- in the same statement (a primary-key probe per candidate; a candidate
 -- redelivered between the candidate scan and its delete keeps its row but
 -- loses its history).
+-- Deleted rows done within the last two hours leave their minutes'
+-- deliveries (outbox_delivered_add, migration 00018) in the same statement.
 -- Lock strategy: plain DELETE by primary key; status is re-checked on the
--- row version deleted. Rows affected: rows deleted; 0 = nothing left to purge.
--- name: OutboxPurgeDone :execrows
+-- row version deleted. Returns the rows deleted; 0 = nothing left to purge.
+-- name: OutboxPurgeDone :one
 WITH candidates AS (
     SELECT ARRAY(
             SELECT p.id
@@ -88,10 +90,23 @@ WITH candidates AS (
 history AS (
     DELETE FROM outbox_attempts
      WHERE message_id = ANY ((SELECT c.ids FROM candidates AS c)::bigint[])
+),
+gone AS (
+    DELETE FROM outbox
+     WHERE id = ANY ((SELECT c.ids FROM candidates AS c)::bigint[])
+       AND status = 'done'
+    RETURNING done_at
+),
+counted AS (
+    SELECT outbox_delivered_add(coalesce(array_agg(g.minute), '{}'), coalesce(array_agg(-g.n), '{}')) AS added,
+           coalesce(sum(g.n), 0)::bigint AS deleted
+      FROM (SELECT date_trunc('minute', gone.done_at) AS minute, count(*) AS n
+              FROM gone
+             WHERE gone.done_at >= date_trunc('minute', now()) - interval '2 hours'
+             GROUP BY 1) AS g
 )
-DELETE FROM outbox
- WHERE id = ANY ((SELECT c.ids FROM candidates AS c)::bigint[])
-   AND status = 'done';
+SELECT (SELECT count(*) FROM gone)::bigint AS deleted
+  FROM counted;
 
 -- OutboxPurgeResolved deletes at most @limit messages whose status is in
 -- @statuses (the CLI passes 'dead' and 'skipped', never 'done': done rows

@@ -14,20 +14,30 @@
 -- may already have been published, so downstream deduplicates by outbox id.
 -- Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
 
--- OutboxMarkDone records a successful publish.
--- 0 rows: lease lost (taken over, reaped, or the claim itself lost in a
+-- OutboxMarkDone records a successful publish, and counts it in the
+-- current minute's deliveries (outbox_delivered_add, migration 00018).
+-- 0: lease lost (taken over, reaped, or the claim itself lost in a
 -- failover to an asynchronous standby) — log it, do nothing else.
--- name: OutboxMarkDone :execrows
-UPDATE outbox
-   SET status      = 'done',
-       done_at     = now(),
-       last_error  = NULL,
-       lease_owner = NULL,
-       lease_until = NULL
- WHERE id = @id::bigint
-   AND status = 'processing'
-   AND lease_version = @lease_version::bigint
-   AND lease_owner = @lease_owner::text;
+-- name: OutboxMarkDone :one
+WITH done AS (
+    UPDATE outbox
+       SET status      = 'done',
+           done_at     = now(),
+           last_error  = NULL,
+           lease_owner = NULL,
+           lease_until = NULL
+     WHERE id = @id::bigint
+       AND status = 'processing'
+       AND lease_version = @lease_version::bigint
+       AND lease_owner = @lease_owner::text
+    RETURNING id
+),
+counted AS (
+    SELECT outbox_delivered_add(ARRAY[date_trunc('minute', now())], ARRAY[count(*)]) FROM done
+)
+SELECT count(*)::bigint AS finalized
+  FROM done
+HAVING (SELECT count(*) FROM counted) >= 0;
 
 -- OutboxMarkDoneMany finalizes a batch of successful publishes in one
 -- statement, each row still fenced by its own token (@ids, @lease_versions
@@ -39,6 +49,9 @@ UPDATE outbox
 -- nearly always say "about 0 rows", and the cached generic plan then
 -- compares every row in flight with every id of the batch (measured: 86 ms
 -- instead of 6 ms for 500 ids with 1,000 rows in flight; see BENCHMARKS.md).
+-- The rows made done are counted in the current minute's deliveries
+-- (outbox_delivered_add, migration 00018: one upsert per statement into
+-- this connection's counter row).
 -- Returns the ids actually finalized, as one array (one row to send and
 -- decode instead of one per message); an id missing
 -- from it lost its lease. Never NULL: empty when none was finalized.
@@ -76,9 +89,13 @@ done AS (
        AND o.lease_owner = f.lease_owner
        AND (SELECT n FROM handoff_locks) >= 0
     RETURNING o.id
+),
+counted AS (
+    SELECT outbox_delivered_add(ARRAY[date_trunc('minute', now())], ARRAY[count(*)]) FROM done
 )
 SELECT coalesce(array_agg(done.id), '{}')::bigint[] AS ids
-  FROM done;
+  FROM done
+HAVING (SELECT count(*) FROM counted) >= 0;
 
 -- OutboxFinalizeMany writes the outcomes of a batch of claimed messages in
 -- one statement, each row fenced by its own token like every write after a
@@ -183,10 +200,18 @@ history AS (
     ON CONFLICT (message_id, slot) DO UPDATE
        SET n = excluded.n, at = excluded.at, kind = excluded.kind, attempt = excluded.attempt,
            actor = excluded.actor, error = excluded.error, answer = excluded.answer
+),
+counted AS (
+    -- The rows made done, in the current minute's deliveries (migration
+    -- 00018), as OutboxMarkDoneMany counts them.
+    SELECT outbox_delivered_add(ARRAY[date_trunc('minute', now())], ARRAY[count(*)])
+      FROM written
+     WHERE written.status = 'done'
 )
 SELECT coalesce(array_agg(written.id), '{}')::bigint[] AS ids,
        coalesce(array_agg(written.status), '{}')::text[] AS statuses
-  FROM written;
+  FROM written
+HAVING (SELECT count(*) FROM counted) >= 0;
 
 -- OutboxReschedule puts a message back to pending at now() + @delay: a
 -- retryable failure (attempt spent) or a business defer (@refund_attempt gives
