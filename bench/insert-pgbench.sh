@@ -23,7 +23,13 @@
 #   indexes of ordering, the claim lanes and monitoring; against unordered:
 #   the triggers'.
 #
-#   bench/insert-pgbench.sh postgres://postgres@127.0.0.1:5432/scratch [ROUNDS] [SECONDS]
+#   [BEFORE_URL=postgres://…/scratch_before] bench/insert-pgbench.sh postgres://postgres@127.0.0.1:5432/scratch [ROUNDS] [SECONDS]
+#
+# BEFORE_URL (optional): a second scratch database on the same server whose
+# outbox is at an earlier migration (pgoutbox migrate up, then
+# pgoutbox migrate down --to N): each round then also inserts into it
+# (unordered-before, ordered-before), so a schema change is measured before
+# and after in one run.
 #
 # The database must be a scratch one with the pgoutbox migrations applied
 # (pgoutbox migrate up): the script empties outbox and creates and empties
@@ -73,14 +79,14 @@ postmaster=$("${psql[@]}" -c "SELECT pid FROM pg_stat_activity WHERE backend_typ
 hz=$(getconf CLK_TCK)
 children() { awk '{print $16 + $17}' "/proc/$postmaster/stat"; }
 
-# round TABLE SCRIPT [CLIENTS] -> "tx/s WAL/tx cpu-us/tx"
+# round TABLE SCRIPT [CLIENTS [URL]] -> "tx/s WAL/tx cpu-us/tx"
 round() {
-	"${psql[@]}" -c "TRUNCATE $1" -c "VACUUM ANALYZE $1" -c "CHECKPOINT"
+	psql "${4:-$url}" -qtAX -v ON_ERROR_STOP=1 -c "TRUNCATE $1" -c "VACUUM ANALYZE $1" -c "CHECKPOINT"
 	local l0 l1 c0 c1 out n tps
 	sleep 1
 	c0=$(children)
 	l0=$("${psql[@]}" -c "SELECT pg_current_wal_lsn()")
-	out=$(pgbench -n -M prepared -c "${3:-8}" -j "$(( ${3:-8} < 2 ? 1 : 2 ))" -T "$secs" -f "$2" "$url" 2>&1)
+	out=$(pgbench -n -M prepared -c "${3:-8}" -j "$(( ${3:-8} < 2 ? 1 : 2 ))" -T "$secs" -f "$2" "${4:-$url}" 2>&1)
 	sleep 1 # the postmaster collects the backends' times once they exit
 	c1=$(children)
 	l1=$("${psql[@]}" -c "SELECT pg_current_wal_lsn()")
@@ -89,31 +95,39 @@ round() {
 	"${psql[@]}" -c "SELECT round($tps), round(pg_wal_lsn_diff('$l1', '$l0') / $n), round(($c1 - $c0) * 1000000.0 / $hz / $n)" | tr '|' ' '
 }
 
-printf '%-6s %-11s %8s %7s %8s %12s\n' round case 'tx/s' 'vs plain' 'WAL B/tx' 'server us/tx'
+cases="leased untriggered unordered ordered hot flush-bound"
+if [ -n "${BEFORE_URL:-}" ]; then
+	cases="leased untriggered unordered-before unordered ordered-before ordered hot flush-bound"
+	psql "$BEFORE_URL" -qtAX -v ON_ERROR_STOP=1 -c "SELECT 1 FROM outbox LIMIT 0" >/dev/null
+fi
+printf '%-6s %-16s %8s %7s %8s %12s\n' round case 'tx/s' 'vs plain' 'WAL B/tx' 'server us/tx'
 for r in $(seq "$rounds"); do
 	read -r ptps pwal pcpu < <(round bench_insert_plain "$tmp/plain.sql")
-	printf '%-6s %-11s %8s %7s %8s %12s\n' "$r" plain "$ptps" 1.00 "$pwal" "$pcpu"
+	printf '%-6s %-16s %8s %7s %8s %12s\n' "$r" plain "$ptps" 1.00 "$pwal" "$pcpu"
 	echo "plain $ptps 1 $pwal $pcpu" >>"$tmp/all"
-	for name in leased untriggered unordered ordered hot flush-bound; do
-		clients=8
+	for name in $cases; do
+		clients=8 on=$url
 		case $name in
+		unordered-before) table=outbox script=$tmp/false.sql on=$BEFORE_URL ;;
+		ordered-before) table=outbox script=$tmp/true.sql on=$BEFORE_URL ;;
 		leased | untriggered) table=bench_insert_$name script=$tmp/$name.sql ;;
 		unordered) table=outbox script=$tmp/false.sql ;;
 		ordered) table=outbox script=$tmp/true.sql ;;
 		hot) table=outbox script=$tmp/hot.sql ;;
 		flush-bound) table=bench_insert_plain script=$tmp/plain.sql clients=1 ;;
 		esac
-		read -r tps wal cpu < <(round "$table" "$script" "$clients")
+		read -r tps wal cpu < <(round "$table" "$script" "$clients" "$on")
 		ratio=$(awk -v a="$tps" -v b="$ptps" 'BEGIN {printf "%.2f", a / b}')
-		printf '%-6s %-11s %8s %7s %8s %12s\n' "$r" "$name" "$tps" "$ratio" "$wal" "$cpu"
+		printf '%-6s %-16s %8s %7s %8s %12s\n' "$r" "$name" "$tps" "$ratio" "$wal" "$cpu"
 		echo "$name $tps $ratio $wal $cpu" >>"$tmp/all"
 	done
 done
 "${psql[@]}" -c "TRUNCATE outbox, bench_insert_plain, bench_insert_leased" -c "DROP TABLE bench_insert_untriggered"
 median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 echo "medians of $rounds rounds:"
-for c in plain leased untriggered unordered ordered hot flush-bound; do
-	printf '%-6s %-11s %8s %7s %8s %12s\n' median "$c" \
+[ -n "${BEFORE_URL:-}" ] && psql "$BEFORE_URL" -qtAX -c "TRUNCATE outbox"
+for c in plain $cases; do
+	printf '%-6s %-16s %8s %7s %8s %12s\n' median "$c" \
 		"$(awk -v c=$c '$1 == c {print $2}' "$tmp/all" | median)" \
 		"$(awk -v c=$c '$1 == c {print $3}' "$tmp/all" | median)" \
 		"$(awk -v c=$c '$1 == c {print $4}' "$tmp/all" | median)" \
