@@ -35,7 +35,7 @@ import (
 func seedLarge(tb testing.TB, pool *pgxpool.Pool, total, drained int) {
 	tb.Helper()
 	ctx := context.Background()
-	undelivered := total / 100 * 81 / 100 // the newest 0.81%
+	undelivered := total / 100 * 81 / 100        // the newest 0.81%
 	drainedFrom := total - undelivered - drained // ids above it and below the undelivered were drained
 	const chunk = 1_000_000
 	conn, err := pool.Acquire(ctx)
