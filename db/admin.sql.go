@@ -138,8 +138,7 @@ gone AS (
     RETURNING done_at
 ),
 counted AS (
-    SELECT outbox_delivered_add(coalesce(array_agg(g.minute), '{}'), coalesce(array_agg(-g.n), '{}')) AS added,
-           coalesce(sum(g.n), 0)::bigint AS deleted
+    SELECT outbox_delivered_add(coalesce(array_agg(g.minute), '{}'), coalesce(array_agg(-g.n), '{}')) AS added
       FROM (SELECT date_trunc('minute', gone.done_at) AS minute, count(*) AS n
               FROM gone
              WHERE gone.done_at >= date_trunc('minute', now()) - interval '2 hours'

@@ -442,9 +442,9 @@ type OutboxConsoleDeliveredPerMinuteRow struct {
 // minute), for the throughput and end-to-end latency charts and the fleet
 // overview's rate. delivered is exact and read from counters, not counted
 // from the done rows: the sum of the minute's rows of outbox_delivered
-// (migration 00018), which the triggers on outbox change in the same
-// statement as every row that enters or leaves 'done' (a finalize, a
-// redelivery, a purge), so in any snapshot it equals the number of done
+// (migration 00018), which pgoutbox's statements change in the same
+// statement as every row they make enter or leave 'done' (a finalize, a
+// redelivery, a purge), so it equals the number of done
 // rows whose done_at falls in the minute (status 'done' only: a skipped
 // message was never delivered); a bar is the minute's true average rate
 // whenever in the minute the deliveries came. The latency figures
