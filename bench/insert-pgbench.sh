@@ -3,7 +3,8 @@
 # measured with pgbench (a C client: less client CPU beside the server than
 # the Go benchmark's item 4b) against the same row into a table with only a
 # primary key. 8 clients, one INSERT per transaction (prepared), rounds of
-# SECONDS interleaved (plain, leased, untriggered, unordered, ordered over
+# SECONDS interleaved (plain, leased, untriggered, unordered, enqueue (the
+# unordered row through the OutboxEnqueue statement, wake-up included), ordered over
 # distinct aggregates, ordered into one hot aggregate, and the WAL-flush
 # bound: one session inserting plain rows, each commit waiting for its own
 # flush, as a hot aggregate's commits must), CHECKPOINT before each;
@@ -72,6 +73,16 @@ for o in false true; do
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered) VALUES ('bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}', $o);
 SQL
 done
+# enqueue: the statement dispatcher.Enqueue runs (OutboxEnqueue,
+# queries/enqueue.sql), with its wake-up in the WHERE clause.
+cat >"$tmp/enqueue.sql" <<'SQL'
+\set a random(1, 100)
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, ordered, available_at)
+SELECT 'bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}'::jsonb, '{}'::jsonb, false, now()
+ WHERE current_setting('outbox.wake_queued', true) IS NOT DISTINCT FROM 'on'
+    OR pg_try_advisory_xact_lock_shared(('outbox'::regclass)::oid::integer, 1869968485)
+    OR EXISTS (SELECT FROM pg_notify('outbox', ''));
+SQL
 cat >"$tmp/hot.sql" <<'SQL'
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered) VALUES ('bench', 'hot', 'benchmark', '{"num":1}', true);
 SQL
@@ -95,9 +106,9 @@ round() {
 	"${psql[@]}" -c "SELECT round($tps), round(pg_wal_lsn_diff('$l1', '$l0') / $n), round(($c1 - $c0) * 1000000.0 / $hz / $n)" | tr '|' ' '
 }
 
-cases="leased untriggered unordered ordered hot flush-bound"
+cases="leased untriggered unordered enqueue ordered hot flush-bound"
 if [ -n "${BEFORE_URL:-}" ]; then
-	cases="leased untriggered unordered-before unordered ordered-before ordered hot flush-bound"
+	cases="leased untriggered unordered-before unordered enqueue ordered-before ordered hot flush-bound"
 	psql "$BEFORE_URL" -qtAX -v ON_ERROR_STOP=1 -c "SELECT 1 FROM outbox LIMIT 0" >/dev/null
 fi
 printf '%-6s %-16s %8s %7s %8s %12s\n' round case 'tx/s' 'vs plain' 'WAL B/tx' 'server us/tx'
@@ -112,6 +123,7 @@ for r in $(seq "$rounds"); do
 		ordered-before) table=outbox script=$tmp/true.sql on=$BEFORE_URL ;;
 		leased | untriggered) table=bench_insert_$name script=$tmp/$name.sql ;;
 		unordered) table=outbox script=$tmp/false.sql ;;
+		enqueue) table=outbox script=$tmp/enqueue.sql ;;
 		ordered) table=outbox script=$tmp/true.sql ;;
 		hot) table=outbox script=$tmp/hot.sql ;;
 		flush-bound) table=bench_insert_plain script=$tmp/plain.sql clients=1 ;;

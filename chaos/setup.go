@@ -223,7 +223,7 @@ type roleCheck struct {
 }
 
 // verifyRoles checks what docs/roles.sql promises: producers can enqueue
-// (and wake relays through the NOTIFY trigger) but not read or change
+// (and wake relays through the enqueue statement's NOTIFY) but not read or change
 // delivery state; relays can claim and finalize but not insert or delete.
 // The relays' real work under the role is verified by the run itself. It
 // commits one event (tx "role-check"), returned so the checker knows it.

@@ -18,19 +18,16 @@ SELECT coalesce(c.oid::regclass::text, '')::text AS relation,
        coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum)
                    FROM pg_catalog.pg_attribute a
                   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}')::text[] AS columns,
-       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g
-                WHERE g.tgrelid = c.oid AND g.tgname = $1::text AND NOT g.tgisinternal) AS has_trigger,
        EXISTS (SELECT 1 FROM pg_catalog.pg_class h
-                WHERE h.relname = $2::text AND h.relnamespace = c.relnamespace AND h.relkind IN ('r', 'p')) AS has_history,
+                WHERE h.relname = $1::text AND h.relnamespace = c.relnamespace AND h.relkind IN ('r', 'p')) AS has_history,
        coalesce((SELECT array_agg(n.nspname::text || '.' || k.relname::text ORDER BY n.nspname)
                    FROM pg_catalog.pg_class k JOIN pg_catalog.pg_namespace n ON n.oid = k.relnamespace
-                  WHERE k.relname = $3::text AND k.relkind IN ('r', 'p')), '{}')::text[] AS elsewhere
-  FROM (SELECT to_regclass($4::text) AS oid) t
+                  WHERE k.relname = $2::text AND k.relkind IN ('r', 'p')), '{}')::text[] AS elsewhere
+  FROM (SELECT to_regclass($3::text) AS oid) t
   LEFT JOIN pg_catalog.pg_class c ON c.oid = t.oid
 `
 
 type OutboxCheckTableParams struct {
-	TriggerName string `json:"trigger_name"`
 	HistoryName string `json:"history_name"`
 	TableName   string `json:"table_name"`
 	Relation    string `json:"relation"`
@@ -42,7 +39,6 @@ type OutboxCheckTableRow struct {
 	ResolvedTable string   `json:"resolved_table"`
 	SearchPath    string   `json:"search_path"`
 	Columns       []string `json:"columns"`
-	HasTrigger    bool     `json:"has_trigger"`
 	HasHistory    bool     `json:"has_history"`
 	Elsewhere     []string `json:"elsewhere"`
 }
@@ -56,20 +52,14 @@ type OutboxCheckTableRow struct {
 // resolve), its schema and table names as stored (unquoted; ” when it does
 // not resolve: the table identity the default CloudEvents source is built
 // from, whatever search_path or flags named it), the search_path seen, its
-// columns, whether the trigger @trigger_name is on it, whether the table
-// @history_name (the attempt history, migration 00011) is in its schema,
+// columns, whether the table @history_name (the attempt history, migration 00011) is in its schema,
 // and every schema.table named @table_name (to say where a table is when it
 // is not found).
 // Lock strategy: none (catalog reads, no lock on the table).
 // Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 // 0 rows: never; one row always.
 func (q *Queries) OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (*OutboxCheckTableRow, error) {
-	row := q.db.QueryRow(ctx, outboxCheckTable,
-		arg.TriggerName,
-		arg.HistoryName,
-		arg.TableName,
-		arg.Relation,
-	)
+	row := q.db.QueryRow(ctx, outboxCheckTable, arg.HistoryName, arg.TableName, arg.Relation)
 	var i OutboxCheckTableRow
 	err := row.Scan(
 		&i.Relation,
@@ -77,7 +67,6 @@ func (q *Queries) OutboxCheckTable(ctx context.Context, arg OutboxCheckTablePara
 		&i.ResolvedTable,
 		&i.SearchPath,
 		&i.Columns,
-		&i.HasTrigger,
 		&i.HasHistory,
 		&i.Elsewhere,
 	)

@@ -38,8 +38,7 @@ type Querier interface {
 	// resolve), its schema and table names as stored (unquoted; '' when it does
 	// not resolve: the table identity the default CloudEvents source is built
 	// from, whatever search_path or flags named it), the search_path seen, its
-	// columns, whether the trigger @trigger_name is on it, whether the table
-	// @history_name (the attempt history, migration 00011) is in its schema,
+	// columns, whether the table @history_name (the attempt history, migration 00011) is in its schema,
 	// and every schema.table named @table_name (to say where a table is when it
 	// is not found).
 	// Lock strategy: none (catalog reads, no lock on the table).
@@ -525,10 +524,25 @@ type Querier interface {
 	OutboxDefer(ctx context.Context, arg OutboxDeferParams) (string, error)
 	// Queries producers run inside their business transaction: the row commits or
 	// rolls back together with the business change, which is the point of an outbox.
-	// OutboxEnqueue inserts one event and returns its id (the idempotency key
-	// every publisher passes downstream).
-	// Lock strategy: none beyond the insert; the statement trigger outbox_notify
-	// wakes idle dispatchers at COMMIT.
+	//
+	// The wake-up: a relay that waits for new messages holds the idle lock
+	// (table oid, 1869968485) at session level (queries/wake.sql). A producer's
+	// statement tries to take it shared for its transaction. When it can, no
+	// relay waits, and none can start waiting before this transaction ends (a
+	// relay that asks for the lock waits for it, then claims once more and sees
+	// the rows). When it cannot, a relay waits: the statement queues a NOTIFY on
+	// the channel named after the table, which PostgreSQL sends at COMMIT and
+	// drops on rollback. SET LOCAL outbox.wake_queued = on skips both (a
+	// transaction that NOTIFYs cannot PREPARE TRANSACTION). Rows inserted
+	// without a wake-up are claimed at the relays' next poll (PollInterval).
+	// OutboxEnqueue inserts one event, wakes an idle relay (see above), and
+	// returns the event's id (the idempotency key every publisher passes
+	// downstream).
+	// Lock strategy: none beyond the insert and, unless
+	// outbox.wake_queued = on, the idle lock shared until the transaction ends
+	// (never waits). Always one row: the WHERE clause is true whichever way the
+	// wake-up goes (EXISTS over pg_notify's one row), and stops at the first
+	// true term.
 	// available_at: NULL means now() of the database (deliver as soon as possible).
 	// headers: NULL or empty bytes store {} (the column is NOT NULL jsonb); the
 	// bytea cast keeps the Go type []byte and lets an empty json.RawMessage
@@ -1028,6 +1042,13 @@ type Querier interface {
 	// Index: the primary key. Not for the hot path: it reads every row.
 	// 0 rows: nothing more.
 	OutboxVerifyRows(ctx context.Context, arg OutboxVerifyRowsParams) ([]*OutboxVerifyRowsRow, error)
+	// OutboxWake wakes an idle relay for rows this transaction inserted some
+	// other way: after OutboxEnqueueMany (COPY), or after an INSERT of your own.
+	// Run it once per transaction, at any point before COMMIT.
+	// Lock strategy: as OutboxEnqueue's wake-up: unless outbox.wake_queued = on,
+	// the idle lock shared until the transaction ends (never waits).
+	// Always one row (true).
+	OutboxWake(ctx context.Context) error
 	// OutboxWakeAwaitIdle takes the idle lock exclusively, waiting until every
 	// producer transaction that holds it shared (it began while no relay
 	// waited, so it will not notify) has ended. While it waits, producers that

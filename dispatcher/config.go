@@ -185,11 +185,11 @@ type Config struct {
 	// WakeWindow is how long a dispatcher keeps claiming after each NOTIFY
 	// it receives (and after LISTEN connects), at doubling intervals of 1, 2,
 	// 4, … ms with a last claim when the window ends, before it falls back to
-	// PollInterval. The insert trigger (migration 00003) skips the NOTIFY of
-	// a transaction that commits while another transaction is notifying, so
-	// that producers never wait for one another; such a commit becomes
-	// visible right around the notification it relied on, inside this
-	// window. It must be at least 10ms. Defaults to WakeWindowDefault (100ms).
+	// PollInterval. Producers notify only while a relay waits, so the
+	// commits that follow a notification (a burst, rows inserted without
+	// the enqueue statement's wake-up) are found inside this window
+	// instead of at the next poll. It must be at least 10ms. Defaults to
+	// WakeWindowDefault (100ms).
 	WakeWindow time.Duration
 
 	// DisableListen turns the LISTEN/NOTIFY wake-up off (for example behind

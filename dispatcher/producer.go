@@ -88,8 +88,8 @@ var defaultProducer = NewProducer(ProducerConfig{})
 
 // Enqueue writes ev through tx — the caller's business transaction (a pgx.Tx,
 // or anything satisfying db.DBTX) — so the event commits or rolls back with
-// the business change. Idle dispatchers are woken at COMMIT by the table's
-// NOTIFY trigger. It returns the outbox id. Invalid events are rejected with
+// the business change. The same statement queues the NOTIFY that wakes an
+// idle dispatcher at COMMIT. It returns the outbox id. Invalid events are rejected with
 // an error wrapping ErrInvalidEvent before anything is written.
 func Enqueue(ctx context.Context, tx db.DBTX, ev Event) (int64, error) {
 	return defaultProducer.Enqueue(ctx, tx, ev)
@@ -97,7 +97,9 @@ func Enqueue(ctx context.Context, tx db.DBTX, ev Event) (int64, error) {
 
 // EnqueueMany writes events with one COPY through tx (a pgx.Tx, or anything
 // satisfying dbcopy.DBTX: db.DBTX plus CopyFrom). Every event is validated
-// first; one invalid event rejects the whole call and writes nothing.
+// first; one invalid event rejects the whole call and writes nothing. After
+// the COPY it runs OutboxWake, which queues the NOTIFY that wakes an idle
+// dispatcher at COMMIT.
 // AvailableAt is not supported here (rows are available at once).
 func EnqueueMany(ctx context.Context, tx dbcopy.DBTX, events []Event) (int64, error) {
 	return defaultProducer.EnqueueMany(ctx, tx, events)
@@ -148,6 +150,10 @@ func (p *Producer) EnqueueMany(ctx context.Context, tx dbcopy.DBTX, events []Eve
 	n, err := dbcopy.New(tx).OutboxEnqueueMany(ctx, rows)
 	if err != nil {
 		return n, fmt.Errorf("outbox: enqueue many: %w", err)
+	}
+	// COPY runs no expression: the wake-up is a statement of its own.
+	if err := db.New(tx).OutboxWake(ctx); err != nil {
+		return n, fmt.Errorf("outbox: enqueue many: wake-up: %w", err)
 	}
 	return n, nil
 }

@@ -20,7 +20,7 @@ import (
 const TableDefault = "outbox"
 
 // ErrOutboxTable is wrapped by the start check when the outbox table is
-// missing, lacks a column the queries use, or lacks its NOTIFY trigger.
+// missing, lacks a column the queries use, or lacks its attempt history.
 var ErrOutboxTable = errors.New("outbox table not usable")
 
 // renamer rewrites the generated queries of package db, written for the
@@ -110,16 +110,15 @@ func requiredColumns() []string {
 
 // CheckTable verifies, without changing anything, that the outbox table
 // exists as the queries need it: table in schema ("" = resolved through the
-// search_path), with every column of the migrations and, unless
-// withoutTrigger, the NOTIFY trigger <table>_notify, and the attempt history
-// table <table>_attempts beside it. It does not read any
+// search_path), with every column of the migrations, and the attempt
+// history table <table>_attempts beside it. It does not read any
 // goose version table, so a deployment that applied the migrations with its
 // own goose history passes. Errors wrap ErrOutboxTable and say in one
 // sentence which table was looked for where (the schema, or the
 // search_path seen), where a table of that name is, and what to do; other
 // errors are the database's.
-func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTrigger bool) error {
-	_, _, err := ResolveTable(ctx, q, table, schema, withoutTrigger)
+func CheckTable(ctx context.Context, q db.DBTX, table, schema string) error {
+	_, _, err := ResolveTable(ctx, q, table, schema)
 	return err
 }
 
@@ -129,7 +128,7 @@ func CheckTable(ctx context.Context, q db.DBTX, table, schema string, withoutTri
 // the search_path). The default CloudEvents source is built from them
 // (DefaultSource), so that every equivalent way of naming one table gives
 // one source.
-func ResolveTable(ctx context.Context, q db.DBTX, table, schema string, withoutTrigger bool) (resolvedSchema, resolvedTable string, err error) {
+func ResolveTable(ctx context.Context, q db.DBTX, table, schema string) (resolvedSchema, resolvedTable string, err error) {
 	table = cmpOr(table, TableDefault)
 	r, err := sqlrename.New(table, schema)
 	if err != nil {
@@ -138,7 +137,7 @@ func ResolveTable(ctx context.Context, q db.DBTX, table, schema string, withoutT
 	// One catalog read (queries/check.sql), on the generated query as it
 	// is: it names no outbox table, so no rename applies.
 	row, err := db.New(q).OutboxCheckTable(ctx, db.OutboxCheckTableParams{
-		Relation: r.Qualified(), TriggerName: table + "_notify", TableName: table, HistoryName: table + "_attempts",
+		Relation: r.Qualified(), TableName: table, HistoryName: table + "_attempts",
 	})
 	if err != nil {
 		return "", "", fmt.Errorf("outbox: check table %s: %w", r.Qualified(), err)
@@ -173,10 +172,6 @@ func ResolveTable(ctx context.Context, q db.DBTX, table, schema string, withoutT
 		return "", "", fmt.Errorf("%w: table %s has no attempt history table %s_attempts beside it (migration 00011): apply the newer pgoutbox migrations (pgoutbox migrate up, or pgoutbox init --upgrade for a copy)",
 			ErrOutboxTable, row.Relation, table)
 	}
-	if !withoutTrigger && !row.HasTrigger {
-		return "", "", fmt.Errorf("%w: table %s has no trigger %s_notify, so no NOTIFY wakes dispatchers: apply the pgoutbox migrations, or disable LISTEN",
-			ErrOutboxTable, row.Relation, table)
-	}
 	return row.SchemaName, row.ResolvedTable, nil
 }
 
@@ -188,7 +183,7 @@ func (d *Dispatcher) checkTable(ctx context.Context) error {
 	// must not hold Run at its start.
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 	defer cancel()
-	schema, table, err := ResolveTable(cctx, d.plain, d.cfg.Table, d.cfg.Schema, d.cfg.DisableListen)
+	schema, table, err := ResolveTable(cctx, d.plain, d.cfg.Table, d.cfg.Schema)
 	if err == nil {
 		d.resolveSource(schema, table)
 	}

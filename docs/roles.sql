@@ -10,8 +10,8 @@
 --                      column only, because Enqueue's INSERT ... RETURNING id
 --                      needs it. Nothing else: it cannot read payloads or
 --                      change delivery state. The identity column needs no
---                      sequence grant, and the NOTIFY trigger needs no grant
---                      (pg_notify is open to every role).
+--                      sequence grant, and the wake-up needs no grant
+--                      (pg_notify and advisory locks are open to every role).
 --   pgoutbox_relay     `pgoutbox run` and dispatcher.Run: SELECT and UPDATE
 --                      on outbox (claim, fenced finalize, reap, lease
 --                      extension, the monitoring gauges), SELECT on the

@@ -277,7 +277,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, cfg dispatcher.Config) error
 	if readOnly == "on" {
 		return errors.New("read-only: default_transaction_read_only is on")
 	}
-	if err := dispatcher.CheckTable(cctx, pool, cfg.Table, cfg.Schema, cfg.DisableListen); err != nil {
+	if err := dispatcher.CheckTable(cctx, pool, cfg.Table, cfg.Schema); err != nil {
 		if errors.Is(err, dispatcher.ErrOutboxTable) {
 			return fmt.Errorf("not migrated: %w", err)
 		}

@@ -8,8 +8,7 @@
 -- resolve), its schema and table names as stored (unquoted; '' when it does
 -- not resolve: the table identity the default CloudEvents source is built
 -- from, whatever search_path or flags named it), the search_path seen, its
--- columns, whether the trigger @trigger_name is on it, whether the table
--- @history_name (the attempt history, migration 00011) is in its schema,
+-- columns, whether the table @history_name (the attempt history, migration 00011) is in its schema,
 -- and every schema.table named @table_name (to say where a table is when it
 -- is not found).
 -- Lock strategy: none (catalog reads, no lock on the table).
@@ -23,8 +22,6 @@ SELECT coalesce(c.oid::regclass::text, '')::text AS relation,
        coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum)
                    FROM pg_catalog.pg_attribute a
                   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}')::text[] AS columns,
-       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g
-                WHERE g.tgrelid = c.oid AND g.tgname = @trigger_name::text AND NOT g.tgisinternal) AS has_trigger,
        EXISTS (SELECT 1 FROM pg_catalog.pg_class h
                 WHERE h.relname = @history_name::text AND h.relnamespace = c.relnamespace AND h.relkind IN ('r', 'p')) AS has_history,
        coalesce((SELECT array_agg(n.nspname::text || '.' || k.relname::text ORDER BY n.nspname)

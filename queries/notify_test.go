@@ -3,9 +3,7 @@ package queries_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +15,9 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
-// The insert trigger's NOTIFY arrives only at COMMIT, never for a rollback,
-// and a burst of inserts in one transaction (row by row or COPY) wakes
-// listeners once.
+// The enqueue statement's NOTIFY arrives only at COMMIT, never for a
+// rollback, and a burst of inserts in one transaction (row by row, or COPY
+// and OutboxWake) wakes listeners once.
 func TestNotify_OncePerCommittedTransactionNeverForRollback(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
@@ -52,9 +50,12 @@ func TestNotify_OncePerCommittedTransactionNeverForRollback(t *testing.T) {
 	if _, err := dbcopy.New(tx).OutboxEnqueueMany(ctx, many); err != nil {
 		t.Fatal(err)
 	}
+	if err := db.New(tx).OutboxWake(ctx); err != nil {
+		t.Fatal(err)
+	}
 	_ = tx.Commit(ctx)
 	if n := count(); n != 1 {
-		t.Fatalf("COPY of 500: %d notifications, want 1", n)
+		t.Fatalf("COPY of 500 and OutboxWake: %d notifications, want 1", n)
 	}
 
 	tx, _ = pool.Begin(ctx)
@@ -83,182 +84,18 @@ func TestNotify_OncePerCommittedTransactionNeverForRollback(t *testing.T) {
 	}
 }
 
-// Concurrent producers do not each send a NOTIFY: a transaction that
-// commits while another is notifying skips its own (the gate), and every
-// row is committed. One commit is held inside its notify (a later deferred
-// trigger waits for a lock of the test's own) until 8 sessions have
-// committed 100 of their 400 one-row transactions: those commits overlap a
-// notifier for certain, however the machine schedules the sessions, so the
-// 401 transactions send at most 301 notifications. The rest commit freely
-// (239 notifications for 400 in one run).
-func TestNotify_ConcurrentCommitsShareNotifications(t *testing.T) {
+// A transaction that fails at COMMIT after its enqueue queued the wake-up
+// (here a later deferred constraint) sends nothing; the next commit, right
+// after, notifies.
+func TestNotify_FailedCommitSendsNothing(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	pool := pgtest.Pool(t, url)
 	ctx := context.Background()
-	const lockHeld = 4242 // the held commit waits for this advisory lock
-	// Fires after outbox_notify (deferred triggers of one event fire in name
-	// order), so the held transaction holds the gate while it waits.
-	mustExec(t, pool, `CREATE FUNCTION hold_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.event_type = 'HoldAtCommit' THEN
-        PERFORM pg_advisory_xact_lock(4242);
-    END IF;
-    RETURN NULL;
-END $$`)
-	mustExec(t, pool, `CREATE CONSTRAINT TRIGGER zz_hold_at_commit AFTER INSERT ON outbox
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_at_commit()`)
-	count := listen(t, url)
-	blocker, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Close(ctx)
-	mustExec(t, blocker, "SELECT pg_advisory_lock(4242)")
-	held := make(chan error, 1)
-	go func() {
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			held <- err
-			return
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'h', 'HoldAtCommit', '{}')")
-		held <- err
-	}()
-	// The held commit has taken the gate and waits for the test's lock.
-	waitUntil(t, "the held commit waiting inside its notify, holding the gate", func() bool {
-		var ok bool
-		err := pool.QueryRow(ctx, `SELECT
-			EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-			         AND classid = 'outbox'::regclass::oid AND objid = 1869968482 AND objsubid = 2)
-			AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			         AND objid = $1 AND objsubid = 1)`, lockHeld).Scan(&ok)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	})
-
-	const sessions, each, whileHeld = 8, 50, 100
-	var wg, connected sync.WaitGroup
-	errs := make(chan error, sessions)
-	start := make(chan struct{}) // every session connected first: their commits overlap
-	for s := 0; s < sessions; s++ {
-		wg.Add(1)
-		connected.Add(1)
-		go func() {
-			defer wg.Done()
-			conn, err := pgx.Connect(ctx, url)
-			connected.Done()
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer conn.Close(ctx)
-			<-start
-			for i := 0; i < each; i++ {
-				if _, err := conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	connected.Wait()
-	close(start)
-	waitUntil(t, fmt.Sprintf("%d commits while the gate is held", whileHeld), func() bool {
-		var rows int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE event_type = 'E'").Scan(&rows); err != nil {
-			t.Fatal(err)
-		}
-		return rows >= whileHeld || len(errs) > 0
-	})
-	mustExec(t, blocker, "SELECT pg_advisory_unlock(4242)")
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if err := <-held; err != nil {
-		t.Fatalf("held commit: %v", err)
-	}
-	n := count()
-	const total = sessions*each + 1
-	var rows int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil || rows != total {
-		t.Fatalf("%d rows committed (%v), want %d", rows, err, total)
-	}
-	t.Logf("%d concurrent one-row transactions: %d notifications", total, n)
-	if n < 1 || n > total-whileHeld {
-		t.Fatalf("%d concurrent transactions, %d of them committed while another held the gate, sent %d notifications; want at least 1 and at most %d",
-			total, whileHeld, n, total-whileHeld)
-	}
-}
-
-// waitUntil polls cond until it holds, failing after a minute.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// While another transaction holds the notify gate (it is committing its
-// own NOTIFY), a commit skips its notification instead of queueing behind
-// it; once the gate is free, commits notify again.
-func TestNotify_GateSkipsWhileAnotherCommitNotifies(t *testing.T) {
-	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := pgtest.Pool(t, url)
-	ctx := context.Background()
-	count := listen(t, url)
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx) //nolint:errcheck
-	mustExec(t, holder, "SELECT pg_advisory_xact_lock('outbox'::regclass::oid::integer, 1869968482)")
-
-	ev := db.OutboxEnqueueParams{AggregateType: "o", AggregateID: "a", EventType: "E", Payload: []byte(`{}`), Headers: []byte(`{}`)}
-	if _, err := db.New(pool).OutboxEnqueue(ctx, ev); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(); n != 0 {
-		t.Fatalf("commit while the gate was held: %d notifications, want 0", n)
-	}
-	if err := holder.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.New(pool).OutboxEnqueue(ctx, ev); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(); n != 1 {
-		t.Fatalf("commit with the gate free: %d notifications, want 1", n)
-	}
-}
-
-// A transaction that fails at COMMIT after the notify trigger ran (here a
-// later deferred constraint) sends nothing and leaves the gate free: the
-// next commit, right after, notifies.
-func TestNotify_FailedCommitSendsNothingAndFreesTheGate(t *testing.T) {
-	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := pgtest.Pool(t, url)
-	ctx := context.Background()
-	// Fires after outbox_notify (deferred triggers of one event fire in name
-	// order) and reports whether this transaction holds the gate by then.
 	mustExec(t, pool, `CREATE FUNCTION fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.event_type = 'FailAtCommit' THEN
-        RAISE EXCEPTION 'refused at commit (gate held: %)', EXISTS (
-            SELECT 1 FROM pg_locks
-             WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-               AND classid = 'outbox'::regclass::oid AND objid = 1869968482 AND objsubid = 2);
+        RAISE EXCEPTION 'refused at commit';
     END IF;
     RETURN NULL;
 END $$`)
@@ -270,23 +107,59 @@ END $$`)
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'FailAtCommit', '{}')")
-	if err == nil || !strings.Contains(err.Error(), "refused at commit (gate held: t)") {
-		t.Fatalf("first commit: %v, want the deferred constraint's error, raised after outbox_notify took the gate", err)
+	ev := db.OutboxEnqueueParams{AggregateType: "o", AggregateID: "a", EventType: "FailAtCommit", Payload: []byte(`{}`)}
+	_, err = db.New(conn).OutboxEnqueue(ctx, ev)
+	if err == nil || !strings.Contains(err.Error(), "refused at commit") {
+		t.Fatalf("first commit: %v, want the deferred constraint's error", err)
 	}
 	if n := count(); n != 0 {
 		t.Fatalf("failed commit: %d notifications, want 0", n)
 	}
-	var free bool
-	if err := pool.QueryRow(ctx, "SELECT pg_try_advisory_lock('outbox'::regclass::oid::integer, 1869968482)").Scan(&free); err != nil || !free {
-		t.Fatalf("the failed transaction left the notify gate held: %v %v", free, err)
-	}
-	mustExec(t, pool, "SELECT pg_advisory_unlock_all()")
-	if _, err := conn.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"); err != nil {
+	ev.EventType = "E"
+	if _, err := db.New(conn).OutboxEnqueue(ctx, ev); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != 1 {
 		t.Fatalf("commit right after a failed one: %d notifications, want 1", n)
+	}
+}
+
+// Rows inserted without the enqueue statement (an INSERT or COPY of the
+// application's own) queue no wake-up: an idle relay finds them at its next
+// poll. OutboxWake, run once in the transaction, wakes it at COMMIT like
+// OutboxEnqueue does.
+func TestNotify_OwnInsertsWakeThroughOutboxWake(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := pgtest.Pool(t, url)
+	ctx := context.Background()
+	count := listen(t, url)
+	insert := "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"
+	for _, tt := range []struct {
+		name string
+		wake bool
+		want int
+	}{
+		{"plain insert", false, 0},
+		{"plain insert and OutboxWake", true, 1},
+	} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for range 3 {
+				if _, err := tx.Exec(ctx, insert); err != nil {
+					return err
+				}
+			}
+			if tt.wake {
+				return db.New(tx).OutboxWake(ctx)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(); n != tt.want {
+			t.Errorf("%s: %d notifications, want %d", tt.name, n, tt.want)
+		}
 	}
 }
 
@@ -320,8 +193,8 @@ func mustExec(t *testing.T, conn interface {
 
 // PostgreSQL refuses to PREPARE a transaction that sent a NOTIFY, so a
 // two-phase-commit producer sets outbox.wake_queued for its transaction
-// before inserting: the trigger's WHEN clause then queues no wake-up (no
-// NOTIFY, no gate), PREPARE TRANSACTION and COMMIT PREPARED work, and the
+// before enqueueing: the statement then queues no wake-up (no NOTIFY, no
+// lock), PREPARE TRANSACTION and COMMIT PREPARED work, and the
 // committed row is claimed like any other (dispatchers find it by polling or
 // the next notification).
 func TestNotify_TwoPhaseCommitProducerSkipsTheWakeUpAndTheRowIsClaimed(t *testing.T) {
@@ -348,11 +221,17 @@ func TestNotify_TwoPhaseCommitProducerSkipsTheWakeUpAndTheRowIsClaimed(t *testin
 		// horizon of the whole test cluster.
 		_, _ = pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'")
 	})
-	insert := "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"
+	ev := db.OutboxEnqueueParams{AggregateType: "o", AggregateID: "a", EventType: "E", Payload: []byte(`{}`)}
+	enqueue := func() {
+		t.Helper()
+		if _, err := db.New(conn).OutboxEnqueue(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	// Without the setting, PREPARE fails: the trigger has sent a NOTIFY.
+	// Without the setting, PREPARE fails: the enqueue has queued a NOTIFY.
 	mustExec(t, conn, "BEGIN")
-	mustExec(t, conn, insert)
+	enqueue()
 	_, err = conn.Exec(ctx, "PREPARE TRANSACTION '"+gid+"'")
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, "NOTIFY") {
@@ -363,7 +242,7 @@ func TestNotify_TwoPhaseCommitProducerSkipsTheWakeUpAndTheRowIsClaimed(t *testin
 	// With it, two-phase commit works and nothing is notified.
 	mustExec(t, conn, "BEGIN")
 	mustExec(t, conn, "SET LOCAL outbox.wake_queued = on")
-	mustExec(t, conn, insert)
+	enqueue()
 	mustExec(t, conn, "PREPARE TRANSACTION '"+gid+"'")
 	mustExec(t, conn, "COMMIT PREPARED '"+gid+"'")
 	if n := count(); n != 0 {
@@ -377,52 +256,9 @@ func TestNotify_TwoPhaseCommitProducerSkipsTheWakeUpAndTheRowIsClaimed(t *testin
 		t.Fatalf("claimed %d rows after COMMIT PREPARED, want the one row (the failed PREPARE rolled its row back)", len(rows))
 	}
 
-	// The setting is transaction-local: the next ordinary insert notifies.
-	mustExec(t, conn, insert)
+	// The setting is transaction-local: the next ordinary enqueue notifies.
+	enqueue()
 	if n := count(); n != 1 {
 		t.Fatalf("ordinary insert after the two-phase one: %d notifications, want 1", n)
-	}
-}
-
-// Under SET CONSTRAINTS ALL IMMEDIATE the notify trigger runs at insert time
-// and takes the gate then, holding it until COMMIT: meanwhile other
-// producers' commits skip their NOTIFY (dispatchers fall back to the wake
-// window and polling). SET CONSTRAINTS outbox_notify DEFERRED after ALL
-// IMMEDIATE restores the deferral for the wake-up alone.
-func TestNotify_ConstraintsAllImmediateHoldsTheGateUntilCommitUnlessNotifyIsDeferred(t *testing.T) {
-	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := pgtest.Pool(t, url)
-	ctx := context.Background()
-	count := listen(t, url)
-	insert := "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"
-	for _, tt := range []struct {
-		name            string
-		set             []string
-		othersNotifying bool
-	}{
-		{"all immediate", []string{"SET CONSTRAINTS ALL IMMEDIATE"}, false},
-		{"all immediate, notify deferred", []string{"SET CONSTRAINTS ALL IMMEDIATE", "SET CONSTRAINTS outbox_notify DEFERRED"}, true},
-	} {
-		long, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range tt.set {
-			mustExec(t, long, s)
-		}
-		mustExec(t, long, insert)
-		mustExec(t, pool, insert) // another producer commits meanwhile
-		got := count()
-		if err := long.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-		after := count()
-		if tt.othersNotifying && (got != 1 || after != 1) {
-			t.Errorf("%s: other commit sent %d notifications, long transaction's commit %d; want 1 and 1", tt.name, got, after)
-		}
-		if !tt.othersNotifying && (got != 0 || after != 1) {
-			t.Errorf("%s: other commit sent %d notifications, long transaction's commit %d; want 0 (gate held since the insert) and 1", tt.name, got, after)
-		}
 	}
 }

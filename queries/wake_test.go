@@ -99,14 +99,20 @@ func TestWake_ARelayWaitsForProducersThatWillNotNotify(t *testing.T) {
 	if err := rq.OutboxWakeSession(ctx, "200ms"); err != nil {
 		t.Fatal(err)
 	}
-	insert := "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')"
+	ev := db.OutboxEnqueueParams{AggregateType: "o", AggregateID: "a", EventType: "E", Payload: []byte(`{}`)}
+	enqueue := func(q db.DBTX) {
+		t.Helper()
+		if _, err := db.New(q).OutboxEnqueue(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	producer, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer producer.Rollback(ctx) //nolint:errcheck
-	mustExec(t, producer, insert)
+	enqueue(producer)
 	if r, err := rq.OutboxWakeIdle(ctx); err != nil || r.Held || r.OtherRelay {
 		t.Fatalf("with a producer in flight: OutboxWakeIdle = %+v, %v; want neither held nor another relay's", r, err)
 	}
@@ -137,7 +143,7 @@ func TestWake_ARelayWaitsForProducersThatWillNotNotify(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	mustExec(t, pool, insert) // a producer while the relay waits for the lock
+	enqueue(pool) // a producer while the relay waits for the lock
 	if n := count(); n != 1 {
 		t.Errorf("a commit while a relay waits for the idle lock: %d notifications, want 1", n)
 	}

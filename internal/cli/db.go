@@ -148,7 +148,7 @@ func (a *app) queries(dbtx db.DBTX) *db.Queries { return db.New(a.dbtx(dbtx)) }
 // version table), and, where pgoutbox's own version table records the
 // table (migrations.VersionTableFor), every migration this build knows.
 func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	schema, table, err := dispatcher.ResolveTable(ctx, pool, a.table, a.schema, false)
+	schema, table, err := dispatcher.ResolveTable(ctx, pool, a.table, a.schema)
 	if err != nil {
 		if errors.Is(err, dispatcher.ErrOutboxTable) {
 			return failf("%s", a.secrets.Scrub(err.Error()))

@@ -199,7 +199,7 @@ func TestMigrate_UpStatusDown(t *testing.T) {
 		mustContain(t, r, "stdout", "applied  "+n)
 	}
 	mustContain(t, r, "stdout", fmt.Sprintf("schema at version %d", latest))
-	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_head_handoff:row:outbox_head_handoff,outbox_notify:row:outbox_notify_idle" {
+	if got := triggers(t, env["DATABASE_URL"]); got != "outbox_claimable_stamp:row:outbox_claimable_stamp,outbox_commit_order:row:outbox_commit_order,outbox_head_handoff:row:outbox_head_handoff" {
 		t.Errorf("triggers at version %d: %q", latest, got)
 	}
 

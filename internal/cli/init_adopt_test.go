@@ -274,7 +274,7 @@ func applyGoose(t *testing.T, dir, versionTable, table string) {
 	checkOutbox(t, sqlDB, table)
 }
 
-var triggerRe = regexp.MustCompile(`_notify$`)
+var triggerRe = regexp.MustCompile(`_commit_order$`)
 
 // dropOutboxSQL removes what pgoutbox's migrations created in public (the
 // table, its functions and tables, the version table) from a test database.
@@ -297,7 +297,7 @@ $$`
 func checkOutbox(t *testing.T, sqlDB *sql.DB, table string) {
 	t.Helper()
 	var trig string
-	err := sqlDB.QueryRow("SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal AND tgname LIKE '%\\_notify'", table).Scan(&trig)
+	err := sqlDB.QueryRow("SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal AND tgname LIKE '%\\_commit\\_order'", table).Scan(&trig)
 	if err != nil || !triggerRe.MatchString(trig) {
 		t.Errorf("table %s after goose up: trigger %q, %v", table, trig, err)
 	}

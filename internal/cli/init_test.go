@@ -230,7 +230,7 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 		}
 	}
 	var exists bool
-	if err := d.pool.QueryRow(ctx, "SELECT to_regclass('billing_outbox') IS NULL AND to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_pending_txid') IS NOT NULL AND to_regclass('outbox_seq') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_notify') AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_commit_order')").Scan(&exists); err != nil || !exists {
+	if err := d.pool.QueryRow(ctx, "SELECT to_regclass('billing_outbox') IS NULL AND to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_pending_txid') IS NOT NULL AND to_regclass('outbox_seq') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_head_handoff') AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'outbox_commit_order')").Scan(&exists); err != nil || !exists {
 		t.Errorf("after the copied Down sections pgoutbox's own schema is damaged (%v)", err)
 	}
 }
@@ -317,8 +317,8 @@ func run() error {
 	if n, err := listen.WaitForNotification(ctx); err != nil || n.Channel != "billing_outbox" {
 		return fmt.Errorf("no notification from BillingOutboxNotify: %v", err)
 	}
-	// One transaction inserting into both tables wakes both channels: the
-	// triggers' once-per-transaction flags and throttles are per table.
+	// One transaction inserting into both tables wakes both channels: each
+	// table has its own idle lock and channel.
 	if _, err := listen.Exec(ctx, "LISTEN outbox"); err != nil {
 		return err
 	}
@@ -337,6 +337,10 @@ func run() error {
 	}
 	if _, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'o-1', 'SharedTransaction', '{}')"); err != nil {
 		return fmt.Errorf("insert into outbox: %w", err)
+	}
+	// pgoutbox's own OutboxWake, for the row inserted by hand.
+	if _, err := tx.Exec(ctx, "SELECT pg_try_advisory_xact_lock_shared(('outbox'::regclass)::oid::integer, 1869968485) OR EXISTS (SELECT FROM pg_notify('outbox', ''))"); err != nil {
+		return fmt.Errorf("wake outbox: %w", err)
 	}
 	if _, err := billingoutbox.New(tx).BillingOutboxEnqueue(ctx, billingoutbox.BillingOutboxEnqueueParams{
 		AggregateType: "invoice", AggregateID: "i-2", EventType: "InvoicePaid",

@@ -24,8 +24,8 @@ import (
 const initAbout = `Copies pgoutbox's SQL into your own sqlc + goose project under another table
 name (and optionally in a schema): the goose migrations into a goose folder and
 the annotated queries into DIR/queries, with the table outbox and everything
-derived from it renamed (indexes outbox_leased -> NAME_leased, the trigger and
-its functions outbox_notify -> NAME_notify, the trigger's flag
+derived from it renamed (indexes outbox_leased -> NAME_leased, triggers and
+functions outbox_commit_order -> NAME_commit_order, the wake-up's flag
 'outbox.wake_queued' -> 'NAME.wake_queued', the NOTIFY channel 'outbox' ->
 'NAME', query names OutboxClaim -> <CamelName>Claim). Only whole identifiers are
 renamed; the word "outbox" in comment prose is kept. With --schema, the table
@@ -518,7 +518,7 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 			relPathOr(*sqlcRoot, migDir), cmp.Or(folder.foreignLatest, folder.highestFile, "nothing (the folder was empty)"))
 	}
 	fmt.Fprintf(a.stderr, "  $ pgoutbox run %s --publisher stdout   # the relay; Ctrl-C stops it\n", runFlags)
-	fmt.Fprintf(a.stderr, "Producers call %sEnqueue (package %s) inside their business transaction; the trigger %s_notify wakes the relay at COMMIT.\nIn Go: dispatcher.Config{Table: %q, Schema: %q}.\n", r.Camel(), *pkg, *table, *table, *schema)
+	fmt.Fprintf(a.stderr, "Producers call %sEnqueue (package %s) inside their business transaction (it wakes an idle relay at COMMIT; after rows of your own, call %sWake).\nIn Go: dispatcher.Config{Table: %q, Schema: %q}.\n", r.Camel(), *pkg, r.Camel(), *table, *schema)
 	return nil
 }
 

@@ -318,7 +318,7 @@ func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versio
 		return nil
 	}
 	row, err := db.New(pool).OutboxCheckTable(ctx, db.OutboxCheckTableParams{
-		Relation: r.Qualified(), TriggerName: r.Table() + "_notify", TableName: r.Table(), HistoryName: r.Table() + "_attempts",
+		Relation: r.Qualified(), TableName: r.Table(), HistoryName: r.Table() + "_attempts",
 	})
 	if err != nil {
 		return a.dbError("migrate up", err)

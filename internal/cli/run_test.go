@@ -255,7 +255,10 @@ func TestRun_MetricsAndHealthz(t *testing.T) {
 			t.Logf("last /metrics:\n%s", text)
 		}
 	})
-	eventually(t, 30*time.Second, "the gauges to show 3 done", func() bool {
+	// The gauges' refresh is paced by its own duration (sweepDuty: a read
+	// that took 0.6 s on a loaded machine waits about 30 s for the next),
+	// so the wait allows a few slow refreshes, not one --stats-interval.
+	eventually(t, 3*time.Minute, "the gauges to show 3 done", func() bool {
 		var code int
 		code, text = get(t, base+"/metrics")
 		if code != http.StatusOK {

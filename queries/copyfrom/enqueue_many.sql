@@ -1,5 +1,6 @@
 -- OutboxEnqueueMany bulk-inserts events with COPY (available now).
--- Lock strategy: none; one NOTIFY per COPY through the statement trigger.
+-- Lock strategy: none. COPY runs no wake-up: run OutboxWake
+-- (queries/enqueue.sql) in the same transaction.
 -- Headers: COPY has no expressions, so the caller passes a JSON object ({}
 -- for none); NULL violates the column's NOT NULL.
 -- This query sits in a folder of its own with its own sqlc entry (package

@@ -198,8 +198,8 @@ func produceRound(ctx context.Context, pool *pgxpool.Pool, kind string, dur time
 	if strings.HasSuffix(kind, "-idle") {
 		// A relay waiting idle (migration 00015): a session holds the idle
 		// lock as a relay's LISTEN connection does while it waits for a
-		// wake-up, so every producer transaction queues one (the COMMITs
-		// notify, one notifier at a time). Without it no relay waits: the
+		// wake-up, so every producer transaction queues one (PostgreSQL
+		// commits notifying transactions one at a time). Without it no relay waits: the
 		// same as relays that are all busy claiming.
 		release, err := holdIdle(ctx, pool)
 		if err != nil {
