@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
@@ -186,7 +187,7 @@ func createBefore(ctx context.Context, e *env, url string) error {
 // transaction.
 func produceRound(ctx context.Context, pool *pgxpool.Pool, kind string, dur time.Duration) (float64, float64, error) {
 	table, clients := "outbox", producerClients
-	insert := `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered) VALUES ('bench', $1, 'benchmark', $2, $3)`
+	var insert string // the outbox cases run OutboxEnqueue
 	switch kind {
 	case "plain":
 		table = "bench_plain"
@@ -216,7 +217,9 @@ func produceRound(ctx context.Context, pool *pgxpool.Pool, kind string, dur time
 		payload := `{"num":` + strconv.Itoa(i) + `}`
 		var err error
 		if table == "outbox" {
-			_, err = pool.Exec(ctx, insert, agg, payload, ordered)
+			// The statement dispatcher.Enqueue runs (its wake-up included).
+			_, err = db.New(pool).OutboxEnqueue(ctx, db.OutboxEnqueueParams{AggregateType: "bench", AggregateID: agg,
+				EventType: "benchmark", Payload: []byte(payload), Ordered: ordered})
 		} else {
 			_, err = pool.Exec(ctx, insert, agg, payload)
 		}
