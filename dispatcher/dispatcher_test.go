@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
@@ -326,6 +327,48 @@ func TestNotify_WakesAnIdleDispatcher(t *testing.T) {
 		t.Fatal("no notification was received")
 	}
 	t.Logf("enqueue commit to publish: %s", time.Since(start))
+}
+
+// Rows inserted by the application's own INSERT send no NOTIFY: an idle
+// relay claims them at its next poll. The same INSERT followed by
+// OutboxWake in its transaction wakes the relay through LISTEN.
+func TestNotify_PlainInsertIsClaimedAtThePollUnlessTheTransactionWakes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(nil)
+	d, _ := b.start(t, rec, fast(dispatcher.Config{PollInterval: 500 * time.Millisecond, WakeWindow: 10 * time.Millisecond}))
+	ctx := context.Background()
+	insert := func(wake bool) int64 {
+		t.Helper()
+		var id int64
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+				VALUES ('order', 'plain', 'OrderEvent', '{}') RETURNING id`).Scan(&id); err != nil {
+				return err
+			}
+			if wake {
+				return db.New(tx).OutboxWake(ctx)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+
+	waitIdleAndListening(t, d)
+	before := d.Stats().Notifications
+	id := insert(false)
+	waitFor(t, 30*time.Second, "the plain INSERT published by a poll", func() bool { return rec.count(id) == 1 })
+	if n := d.Stats().Notifications; n != before {
+		t.Fatalf("%d notifications for a plain INSERT, want none", n-before)
+	}
+
+	waitIdleAndListening(t, d)
+	id = insert(true)
+	waitFor(t, 30*time.Second, "the INSERT with OutboxWake published", func() bool { return rec.count(id) == 1 })
+	waitFor(t, 30*time.Second, "the OutboxWake notification received", func() bool { return d.Stats().Notifications > before })
 }
 
 // A commit that sent no NOTIFY (an INSERT of the application's own, without
