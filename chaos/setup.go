@@ -274,7 +274,7 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = relay.WaitForNotification(nctx)
 	cancel()
-	add("relay: receives the NOTIFY the trigger sends under the producer role", err == nil, errText(err))
+	add("relay: receives the NOTIFY the enqueue statement sends under the producer role", err == nil, errText(err))
 
 	for _, s := range []struct{ what, sql string }{
 		{"producer: SELECT payload denied", "SELECT payload FROM outbox LIMIT 1"},
