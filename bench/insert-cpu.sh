@@ -30,7 +30,7 @@ run() {
 	local table=$2 where=
 	if [ "$2" = enqueue ]; then
 		# the OutboxEnqueue statement's form: its wake-up in the WHERE clause
-		table=outbox where="WHERE current_setting('outbox.wake_queued', true) IS NOT DISTINCT FROM 'on' OR pg_try_advisory_xact_lock_shared(('outbox'::regclass)::oid::integer, 1869968485) OR EXISTS (SELECT FROM pg_notify('outbox', ''))"
+		table=outbox where="WHERE current_setting('outbox.wake_queued', true) IS NOT DISTINCT FROM 'on' OR pg_try_advisory_xact_lock_shared(('outbox'::regclass)::oid::integer, 1869968485) OR NOT pg_try_advisory_xact_lock(('outbox'::regclass)::oid::integer, 1869968482) OR EXISTS (SELECT FROM pg_notify('outbox', ''))"
 	fi
 	if [ "$table" = outbox ]; then cols="$cols, ordered" vals="$vals, $3"; fi
 	"${psql[@]}" <<SQL

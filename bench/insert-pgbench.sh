@@ -81,6 +81,7 @@ INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, 
 SELECT 'bench', 'p' || :client_id || '-' || :a, 'benchmark', '{"num":1}'::jsonb, '{}'::jsonb, false, now()
  WHERE current_setting('outbox.wake_queued', true) IS NOT DISTINCT FROM 'on'
     OR pg_try_advisory_xact_lock_shared(('outbox'::regclass)::oid::integer, 1869968485)
+    OR NOT pg_try_advisory_xact_lock(('outbox'::regclass)::oid::integer, 1869968482)
     OR EXISTS (SELECT FROM pg_notify('outbox', ''));
 SQL
 cat >"$tmp/hot.sql" <<'SQL'

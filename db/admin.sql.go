@@ -110,7 +110,7 @@ const outboxNotify = `-- name: OutboxNotify :exec
 SELECT pg_notify('outbox', '')
 `
 
-// OutboxNotify wakes idle dispatchers (the channel the insert trigger uses).
+// OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
 // Delivered at COMMIT when run inside a transaction.
 func (q *Queries) OutboxNotify(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, outboxNotify)
@@ -260,8 +260,8 @@ UPDATE outbox
 `
 
 // OutboxRedriveDead gives a dead message a fresh start: pending, attempts 0,
-// available now. last_error keeps the history. The insert trigger does not
-// fire on UPDATE, so callers NOTIFY (OutboxNotify) to wake dispatchers.
+// available now. last_error keeps the history. Nothing here wakes
+// dispatchers: callers NOTIFY (OutboxNotify).
 // 0 rows: no such id, or it is not dead (nothing changed).
 func (q *Queries) OutboxRedriveDead(ctx context.Context, id int64) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxRedriveDead, id)

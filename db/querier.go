@@ -38,9 +38,9 @@ type Querier interface {
 	// resolve), its schema and table names as stored (unquoted; '' when it does
 	// not resolve: the table identity the default CloudEvents source is built
 	// from, whatever search_path or flags named it), the search_path seen, its
-	// columns, whether the table @history_name (the attempt history, migration 00011) is in its schema,
-	// and every schema.table named @table_name (to say where a table is when it
-	// is not found).
+	// columns, whether the table @history_name (the attempt history, migration
+	// 00011) is in its schema, and every schema.table named @table_name (to say
+	// where a table is when it is not found).
 	// Lock strategy: none (catalog reads, no lock on the table).
 	// Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 	// 0 rows: never; one row always.
@@ -530,19 +530,27 @@ type Querier interface {
 	// statement tries to take it shared for its transaction. When it can, no
 	// relay waits, and none can start waiting before this transaction ends (a
 	// relay that asks for the lock waits for it, then claims once more and sees
-	// the rows). When it cannot, a relay waits: the statement queues a NOTIFY on
-	// the channel named after the table, which PostgreSQL sends at COMMIT and
-	// drops on rollback. SET LOCAL outbox.wake_queued = on skips both (a
-	// transaction that NOTIFYs cannot PREPARE TRANSACTION). Rows inserted
-	// without a wake-up are claimed at the relays' next poll (PollInterval).
+	// the rows). When it cannot, a relay waits, and one producer transaction at
+	// a time notifies: the statement tries to take the notify gate (table oid,
+	// 1869968482) for its transaction; with it, it queues a NOTIFY on the
+	// channel named after the table, which PostgreSQL sends at COMMIT and drops
+	// on rollback; without it (another transaction holds the gate and notifies
+	// when it ends), it queues nothing. PostgreSQL commits notifying
+	// transactions one at a time (its notify lock is held through the commit's
+	// WAL flush), so without the gate every producer's COMMIT would queue behind
+	// the others' while a relay waits. Rows committed without a notification of
+	// their own are found by the relay's wake window after the gate holder's,
+	// or at its next poll (PollInterval) when the holder rolls back or stays
+	// open long. SET LOCAL outbox.wake_queued = on skips all of it (a
+	// transaction that NOTIFYs cannot PREPARE TRANSACTION).
 	// OutboxEnqueue inserts one event, wakes an idle relay (see above), and
 	// returns the event's id (the idempotency key every publisher passes
 	// downstream).
 	// Lock strategy: none beyond the insert and, unless
-	// outbox.wake_queued = on, the idle lock shared until the transaction ends
-	// (never waits). Always one row: the WHERE clause is true whichever way the
-	// wake-up goes (EXISTS over pg_notify's one row), and stops at the first
-	// true term.
+	// outbox.wake_queued = on, the idle lock shared or, while a relay waits, the
+	// notify gate, each until the transaction ends (never waits). Always one
+	// row: the WHERE clause is true whichever way the wake-up goes (EXISTS over
+	// pg_notify's one row), and stops at the first true term.
 	// available_at: NULL means now() of the database (deliver as soon as possible).
 	// headers: NULL or empty bytes store {} (the column is NOT NULL jsonb); the
 	// bytea cast keeps the Go type []byte and lets an empty json.RawMessage
@@ -736,7 +744,7 @@ type Querier interface {
 	// decode instead of one per message); an id missing
 	// from it lost its lease. Never NULL: empty when none was finalized.
 	OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error)
-	// OutboxNotify wakes idle dispatchers (the channel the insert trigger uses).
+	// OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
 	// Delivered at COMMIT when run inside a transaction.
 	OutboxNotify(ctx context.Context) error
 	// OutboxOldestPendingAge: age in seconds of the oldest undelivered message
@@ -870,8 +878,8 @@ type Querier interface {
 	// 'processing', 'dead', ...: not delivered, nothing changed).
 	OutboxRedeliverDone(ctx context.Context, arg OutboxRedeliverDoneParams) ([]*OutboxRedeliverDoneRow, error)
 	// OutboxRedriveDead gives a dead message a fresh start: pending, attempts 0,
-	// available now. last_error keeps the history. The insert trigger does not
-	// fire on UPDATE, so callers NOTIFY (OutboxNotify) to wake dispatchers.
+	// available now. last_error keeps the history. Nothing here wakes
+	// dispatchers: callers NOTIFY (OutboxNotify).
 	// 0 rows: no such id, or it is not dead (nothing changed).
 	OutboxRedriveDead(ctx context.Context, id int64) (int64, error)
 	// Relays (migration 00012): each relay process records itself in
@@ -1044,10 +1052,13 @@ type Querier interface {
 	OutboxVerifyRows(ctx context.Context, arg OutboxVerifyRowsParams) ([]*OutboxVerifyRowsRow, error)
 	// OutboxWake wakes an idle relay for rows this transaction inserted some
 	// other way: after OutboxEnqueueMany (COPY), or after an INSERT of your own.
-	// Run it once per transaction, at any point before COMMIT.
+	// Run it once per transaction, after the rows, outside any savepoint you
+	// may roll back (a rolled-back savepoint takes its locks and its NOTIFY
+	// with it). The table is found through the search_path, as in every query
+	// here.
 	// Lock strategy: as OutboxEnqueue's wake-up: unless outbox.wake_queued = on,
-	// the idle lock shared until the transaction ends (never waits).
-	// Always one row (true).
+	// the idle lock shared or the notify gate until the transaction ends (never
+	// waits). Always one row (true).
 	OutboxWake(ctx context.Context) error
 	// OutboxWakeAwaitIdle takes the idle lock exclusively, waiting until every
 	// producer transaction that holds it shared (it began while no relay

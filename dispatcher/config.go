@@ -218,8 +218,8 @@ type Config struct {
 	// none: the table is resolved through the connection's search_path.
 	Schema string
 
-	// Channel is the NOTIFY channel; the migration's trigger notifies on the
-	// table name. Defaults to Table.
+	// Channel is the NOTIFY channel; the enqueue statement (OutboxEnqueue,
+	// OutboxWake) notifies on the table name. Defaults to Table.
 	Channel string
 
 	// BackoffBase and BackoffCap shape the full-jitter backoff of retryable

@@ -331,7 +331,9 @@ func TestNotify_WakesAnIdleDispatcher(t *testing.T) {
 
 // Rows inserted by the application's own INSERT send no NOTIFY: an idle
 // relay claims them at its next poll. The same INSERT followed by
-// OutboxWake in its transaction wakes the relay through LISTEN.
+// OutboxWake in its transaction wakes the relay through LISTEN. (Both are
+// published either way, by the 500 ms poll at the latest: what the test
+// pins is the notification count.)
 func TestNotify_PlainInsertIsClaimedAtThePollUnlessTheTransactionWakes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -369,6 +371,23 @@ func TestNotify_PlainInsertIsClaimedAtThePollUnlessTheTransactionWakes(t *testin
 	id = insert(true)
 	waitFor(t, 30*time.Second, "the INSERT with OutboxWake published", func() bool { return rec.count(id) == 1 })
 	waitFor(t, 30*time.Second, "the OutboxWake notification received", func() bool { return d.Stats().Notifications > before })
+}
+
+// EnqueueMany (one COPY) wakes an idle relay at COMMIT: it runs OutboxWake
+// after the COPY. The poll interval is an hour, so nothing else could find
+// the rows.
+func TestNotify_EnqueueManyWakesAnIdleDispatcher(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(nil)
+	d, _ := b.start(t, rec, fast(dispatcher.Config{PollInterval: time.Hour, WakeWindow: 10 * time.Millisecond}))
+	waitIdleAndListening(t, d)
+	before := d.Stats().Notifications
+	b.enqueueMany(t, 50)
+	waitFor(t, 30*time.Second, "the COPY's 50 events published", func() bool { return b.count(t, "status = 'done'") == 50 })
+	if d.Stats().Notifications == before {
+		t.Fatal("no notification was received")
+	}
 }
 
 // A commit that sent no NOTIFY (an INSERT of the application's own, without

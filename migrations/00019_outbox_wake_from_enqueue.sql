@@ -14,8 +14,10 @@
 -- row: the statement tries to take the idle lock (table oid, 1869968485)
 -- shared for its transaction; when it can, no relay waits and none can
 -- start waiting before this transaction ends; when it cannot, a relay waits
--- (or is about to) and the statement queues a NOTIFY on the channel named
--- after the table, sent at COMMIT (a rollback sends nothing). SET LOCAL
+-- (or is about to) and the statement tries to take the notify gate (table
+-- oid, 1869968482) for its transaction: with it, it queues a NOTIFY on the
+-- channel named after the table, sent at COMMIT (a rollback sends nothing);
+-- without it, another producer transaction notifies when it ends. SET LOCAL
 -- outbox.wake_queued = on keeps its meaning: no lock, no NOTIFY (for
 -- PREPARE TRANSACTION).
 --
@@ -25,13 +27,13 @@
 --   OutboxWake: relays find them within PollInterval (1 s by default).
 --   Producers of an earlier pgoutbox version notify no more: upgrade their
 --   queries (queries/enqueue.sql), or their events wait for a poll.
--- * The commit-time gate of 00003 is gone: while a relay waits idle, every
---   committing producer's transaction notifies (PostgreSQL commits
---   notifying transactions one at a time, under its notify lock). A relay
---   stops waiting at the first notification, and producers that enqueue
---   while it claims back to back notify nothing, so this lasts one wake
---   window at most. The gate's lock pair (table oid, 1869968482) is no
---   longer taken.
+-- * The notify gate is held from the enqueue to the end of the
+--   transaction, no longer only while it commits: while a relay waits and a
+--   producer transaction that enqueued stays open, other producers' commits
+--   send no NOTIFY; the relay finds their rows in its wake window after the
+--   holder's notification, or at its next poll when the holder rolls back
+--   or stays open for long. Without a gate every committing producer would
+--   notify, and PostgreSQL commits notifying transactions one at a time.
 DROP TRIGGER outbox_notify ON outbox;
 DROP FUNCTION outbox_notify_idle();
 

@@ -15,8 +15,8 @@ SELECT id, aggregate_type, aggregate_id, event_type, attempts, last_error, creat
  LIMIT sqlc.arg('limit')::integer;
 
 -- OutboxRedriveDead gives a dead message a fresh start: pending, attempts 0,
--- available now. last_error keeps the history. The insert trigger does not
--- fire on UPDATE, so callers NOTIFY (OutboxNotify) to wake dispatchers.
+-- available now. last_error keeps the history. Nothing here wakes
+-- dispatchers: callers NOTIFY (OutboxNotify).
 -- 0 rows: no such id, or it is not dead (nothing changed).
 -- name: OutboxRedriveDead :execrows
 UPDATE outbox
@@ -144,7 +144,7 @@ history AS (
 )
 SELECT g.id FROM gone AS g ORDER BY g.id;
 
--- OutboxNotify wakes idle dispatchers (the channel the insert trigger uses).
+-- OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
 -- Delivered at COMMIT when run inside a transaction.
 -- name: OutboxNotify :exec
 SELECT pg_notify('outbox', '');

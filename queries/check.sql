@@ -8,9 +8,9 @@
 -- resolve), its schema and table names as stored (unquoted; '' when it does
 -- not resolve: the table identity the default CloudEvents source is built
 -- from, whatever search_path or flags named it), the search_path seen, its
--- columns, whether the table @history_name (the attempt history, migration 00011) is in its schema,
--- and every schema.table named @table_name (to say where a table is when it
--- is not found).
+-- columns, whether the table @history_name (the attempt history, migration
+-- 00011) is in its schema, and every schema.table named @table_name (to say
+-- where a table is when it is not found).
 -- Lock strategy: none (catalog reads, no lock on the table).
 -- Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 -- 0 rows: never; one row always.

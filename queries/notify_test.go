@@ -84,6 +84,91 @@ func TestNotify_OncePerCommittedTransactionNeverForRollback(t *testing.T) {
 	}
 }
 
+// While a relay waits, one producer transaction at a time notifies: the
+// first enqueue takes the notify gate and holds it until its transaction
+// ends; meanwhile other producers' commits (8 sessions, 20 transactions
+// each) queue no NOTIFY, so they never wait for PostgreSQL's notify lock.
+// The holder's COMMIT notifies; with the gate free, the next commit
+// notifies again. A holder that rolls back notifies nothing and frees the
+// gate.
+func TestNotify_OneProducerTransactionAtATimeHoldsTheNotifyGate(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := pgtest.Pool(t, url)
+	ctx := context.Background()
+	count := listen(t, url)
+	ev := db.OutboxEnqueueParams{AggregateType: "o", AggregateID: "a", EventType: "E", Payload: []byte(`{}`)}
+	gateHeld := func() bool {
+		var held bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid = 'outbox'::regclass::oid AND objid = 1869968482 AND objsubid = 2)`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		return held
+	}
+
+	for _, end := range []string{"commit", "rollback"} {
+		holder, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback(ctx) //nolint:errcheck // a failed check must not leave it open
+		if _, err := db.New(holder).OutboxEnqueue(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		if !gateHeld() {
+			t.Fatalf("%s: the first enqueue while a relay waits did not take the notify gate", end)
+		}
+		const sessions, each = 8, 20
+		errs := make(chan error, sessions)
+		for range sessions {
+			go func() {
+				for range each {
+					if _, err := db.New(pool).OutboxEnqueue(ctx, ev); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range sessions {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := count(); n != 0 {
+			t.Fatalf("%s: %d commits while another transaction held the gate sent %d notifications, want 0", end, sessions*each, n)
+		}
+		want := 1
+		if end == "commit" {
+			err = holder.Commit(ctx)
+		} else {
+			err = holder.Rollback(ctx)
+			want = 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(); n != want {
+			t.Fatalf("the gate holder's %s: %d notifications, want %d", end, n, want)
+		}
+		if gateHeld() {
+			t.Fatalf("the gate is still held after the holder's %s", end)
+		}
+		if _, err := db.New(pool).OutboxEnqueue(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(); n != 1 {
+			t.Fatalf("after the holder's %s, with the gate free: %d notifications, want 1", end, n)
+		}
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil || rows != 2*(1+8*20+1)-1 {
+		t.Fatalf("%d rows committed (%v), want %d", rows, err, 2*(1+8*20+1)-1)
+	}
+}
+
 // A transaction that fails at COMMIT after its enqueue queued the wake-up
 // (here a later deferred constraint) sends nothing; the next commit, right
 // after, notifies.

@@ -144,7 +144,7 @@ func (a *app) dbtx(dbtx db.DBTX) db.DBTX {
 func (a *app) queries(dbtx db.DBTX) *db.Queries { return db.New(a.dbtx(dbtx)) }
 
 // checkSchema fails unless the outbox table is usable: the table, its
-// columns and trigger (whoever applied the migrations, with whatever goose
+// columns and attempt history table (whoever applied the migrations, with whatever goose
 // version table), and, where pgoutbox's own version table records the
 // table (migrations.VersionTableFor), every migration this build knows.
 func (a *app) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {

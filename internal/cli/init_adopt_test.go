@@ -253,7 +253,7 @@ func TestInitUpgrade_FromAnOlderReleasesCopyByHand(t *testing.T) {
 
 // applyGoose applies dir with goose's Provider (the library form of the
 // goose CLI command init prints) on a fresh database with no outbox, and
-// checks the table and its trigger exist.
+// checks the table and its commit-order trigger exist.
 func applyGoose(t *testing.T, dir, versionTable, table string) {
 	t.Helper()
 	ctx := context.Background()

@@ -338,8 +338,9 @@ func run() error {
 	if _, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'o-1', 'SharedTransaction', '{}')"); err != nil {
 		return fmt.Errorf("insert into outbox: %w", err)
 	}
-	// pgoutbox's own OutboxWake, for the row inserted by hand.
-	if _, err := tx.Exec(ctx, "SELECT pg_try_advisory_xact_lock_shared(('outbox'::regclass)::oid::integer, 1869968485) OR EXISTS (SELECT FROM pg_notify('outbox', ''))"); err != nil {
+	// The statement of pgoutbox's own OutboxWake (queries/enqueue.sql), for
+	// the row inserted by hand.
+	if _, err := tx.Exec(ctx, "SELECT current_setting('outbox.wake_queued', true) IS NOT DISTINCT FROM 'on' OR pg_try_advisory_xact_lock_shared(('outbox'::regclass)::oid::integer, 1869968485) OR NOT pg_try_advisory_xact_lock(('outbox'::regclass)::oid::integer, 1869968482) OR EXISTS (SELECT FROM pg_notify('outbox', ''))"); err != nil {
 		return fmt.Errorf("wake outbox: %w", err)
 	}
 	if _, err := billingoutbox.New(tx).BillingOutboxEnqueue(ctx, billingoutbox.BillingOutboxEnqueueParams{

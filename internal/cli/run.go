@@ -44,8 +44,8 @@ SIGTERM (graceful shutdown: claimed messages not yet started are handed back,
 publishes in flight get --shutdown-timeout; then exit 0).
 
 Before anything is claimed, run validates every flag, pings PostgreSQL, checks
-the outbox table (--table, --schema: the table, its columns and its NOTIFY
-trigger, and pgoutbox's version table where there is one), and builds the
+the outbox table (--table, --schema: the table, its columns and its attempt
+history table, and pgoutbox's version table where there is one), and builds the
 publisher: a misconfigured publisher
 (malformed URL, bad template, rejected credentials) exits 1. A broker that is
 merely unreachable is not fatal: run logs a warning and keeps going (nats and

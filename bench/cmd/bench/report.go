@@ -252,8 +252,8 @@ func writeReport(out string, r *results) error {
 		p("")
 		p("%d producer goroutines each loop: one business transaction = one `bench_orders` row plus its outbox event(s) (`dispatcher.Enqueue`, or `EnqueueMany` for several events), paced to a fixed offered rate. One dispatcher (the drain configuration, LISTEN/NOTIFY wake-up, default 1 s poll fallback) publishes. Latency: from the producer's `COMMIT` returning to `Publish` being called for that message, on one monotonic clock (a publish that beats the producer's view of its own commit counts as 0). A step is *kept up* when the producers achieved ≥ 95%% of the offered rate, every committed message was delivered, and p99 ≤ 100 ms (beyond that the queue grows during the step and drains only after it). Each step lasts %s (2a: %s); producers stop at the end of the step even when behind schedule.", sustainedProducers, r.Sustained[len(r.Sustained)-1].Duration, r.Sustained[0].Duration)
 		p("")
-		p("- **2a** — 1,000 msg/s, one event per transaction, the schema as shipped (migration 00003's wake-up trigger).")
-		p("- **2b** — the producers' ceiling: one-event transactions as fast as they go, per wake-up trigger (table below).")
+		p("- **2a** — 1,000 msg/s, one event per transaction, the schema as shipped (the enqueue statement's wake-up, migration 00019).")
+		p("- **2b** — the producers' ceiling: one-event transactions as fast as they go, with and without a relay waiting idle (table below).")
 		p("- **2c** — rising rates, producers at 250 transactions/s carrying rate/250 events each, until a step is not kept up.")
 		p("")
 		p("| Step | Offered msg/s | Events/tx | Produced msg/s | Delivered | p50 | p90 | p99 | max | Kept up |")
@@ -271,11 +271,11 @@ func writeReport(out string, r *results) error {
 		p("")
 		if len(r.ProducerCeiling) > 0 {
 			c0 := r.ProducerCeiling[0]
-			p("### 2b. Producer ceiling per wake-up trigger")
+			p("### 2b. Producer ceiling, with and without a relay waiting idle")
 			p("")
-			p("%d producer goroutines commit one-event business transactions (a `bench_orders` row plus `dispatcher.Enqueue`) as fast as they can for %s each, no dispatcher running; one connection LISTENs and counts the notifications. PostgreSQL lets only one transaction at a time append to the notification queue and holds that lock through the commit's WAL flush, so transactions that all NOTIFY commit one by one instead of sharing flushes. Migration 00003's trigger notifies once per transaction and skips the NOTIFY of a transaction that commits while another one is notifying (dispatchers cover those commits with a 100 ms wake window of short claims).", c0.Producers, c0.Duration)
+			p("%d producer goroutines commit one-event business transactions (a `bench_orders` row plus `dispatcher.Enqueue`) as fast as they can for %s each, no dispatcher running; one connection LISTENs and counts the notifications. PostgreSQL lets only one transaction at a time append to the notification queue and holds that lock through the commit's WAL flush, so transactions that all NOTIFY commit one by one instead of sharing flushes. The enqueue statement queues a NOTIFY only while a relay waits idle, and then only in the one producer transaction that holds the notify gate (from its enqueue to its end); other transactions committing meanwhile skip theirs (dispatchers cover those commits with a 100 ms wake window of short claims).", c0.Producers, c0.Duration)
 			p("")
-			p("| Wake-up trigger | Transactions/s | Notifications/s | Notifications per transaction |")
+			p("| Wake-up | Transactions/s | Notifications/s | Notifications per transaction |")
 			p("| --- | --- | --- | --- |")
 			for _, c := range r.ProducerCeiling {
 				per := 0.0

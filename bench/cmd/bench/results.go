@@ -141,7 +141,7 @@ type sustainedStep struct {
 }
 
 // producerCeiling is item 2b: unpaced one-event producer transactions under
-// one wake-up trigger variant.
+// one wake-up variant.
 type producerCeiling struct {
 	Variant       string
 	Producers     int

@@ -208,8 +208,8 @@ func runSustained(ctx context.Context, e *env) error {
 	}
 	logSustained(st)
 	e.res.Sustained = append(e.res.Sustained, st)
-	// 2b: how fast producers can commit one-event transactions, per
-	// wake-up trigger.
+	// 2b: how fast producers can commit one-event transactions, with and
+	// without a relay waiting idle.
 	ceilDur := 5 * time.Second
 	if e.o.full {
 		ceilDur = 15 * time.Second
@@ -251,14 +251,12 @@ func logSustained(st sustainedStep) {
 		st.Max.Round(10*time.Microsecond), st.Kept)
 }
 
-// triggerVariant is one wake-up setup for item 2b. setup runs before the
-// measurement and undo after it (none ships today: migration 00019 moved
-// the wake-up from the insert trigger into the enqueue statement).
+// triggerVariant is one wake-up setup for item 2b.
 // With idle, the listening connection holds the idle lock (migration
 // 00015) as an idle relay's does, so producers queue their wake-ups.
 type triggerVariant struct {
-	name, setup, undo string
-	idle              bool
+	name string
+	idle bool
 }
 
 var triggerVariants = []triggerVariant{
@@ -280,12 +278,6 @@ func runProducerCeiling(ctx context.Context, e *env, v triggerVariant, d time.Du
 	}
 	if _, err := e.outbox.Exec(ctx, "CHECKPOINT"); err != nil {
 		return c, err
-	}
-	if v.setup != "" {
-		if _, err := e.outbox.Exec(ctx, v.setup); err != nil {
-			return c, fmt.Errorf("2b setup %q: %w", v.name, err)
-		}
-		defer e.outbox.Exec(context.WithoutCancel(ctx), v.undo)
 	}
 	lconn, err := pgx.Connect(ctx, e.outboxURL)
 	if err != nil {
