@@ -89,8 +89,8 @@ var defaultProducer = NewProducer(ProducerConfig{})
 // Enqueue writes ev through tx — the caller's business transaction (a pgx.Tx,
 // or anything satisfying db.DBTX) — so the event commits or rolls back with
 // the business change. The same statement queues the NOTIFY that wakes an
-// idle dispatcher at COMMIT. It returns the outbox id. Invalid events are rejected with
-// an error wrapping ErrInvalidEvent before anything is written.
+// idle dispatcher at COMMIT. It returns the outbox id. Invalid events are
+// rejected with an error wrapping ErrInvalidEvent before anything is written.
 func Enqueue(ctx context.Context, tx db.DBTX, ev Event) (int64, error) {
 	return defaultProducer.Enqueue(ctx, tx, ev)
 }
