@@ -11,53 +11,6 @@ import (
 	"time"
 )
 
-const outboxDefer = `-- name: OutboxDefer :one
-UPDATE outbox
-   SET status       = CASE WHEN created_at < now() - $1::interval THEN 'dead' ELSE 'pending' END,
-       available_at = CASE WHEN created_at < now() - $1::interval THEN available_at
-                           ELSE now() + $2::interval END,
-       last_error   = left(CASE WHEN created_at < now() - $1::interval
-                                THEN 'deferred past max age: ' || $3::text
-                                ELSE 'deferred: ' || $3::text END, 500),
-       attempts     = attempts - 1,
-       lease_owner  = NULL,
-       lease_until  = NULL
- WHERE id = $4::bigint
-   AND status = 'processing'
-   AND lease_version = $5::bigint
-   AND lease_owner = $6::text
-RETURNING status
-`
-
-type OutboxDeferParams struct {
-	MaxAge       time.Duration `json:"max_age"`
-	Delay        time.Duration `json:"delay"`
-	Error        string        `json:"error"`
-	ID           int64         `json:"id"`
-	LeaseVersion int64         `json:"lease_version"`
-	LeaseOwner   string        `json:"lease_owner"`
-}
-
-// OutboxDefer is the business defer with a deadline: back to pending at
-// now() + @delay with the attempt refunded, unless the message is older than
-// @max_age (measured on the database clock from created_at), in which case it
-// goes to dead — defers could otherwise last forever.
-// Returns the status written ('pending' or 'dead').
-// No row (pgx.ErrNoRows): lease lost.
-func (q *Queries) OutboxDefer(ctx context.Context, arg OutboxDeferParams) (string, error) {
-	row := q.db.QueryRow(ctx, outboxDefer,
-		arg.MaxAge,
-		arg.Delay,
-		arg.Error,
-		arg.ID,
-		arg.LeaseVersion,
-		arg.LeaseOwner,
-	)
-	var status string
-	err := row.Scan(&status)
-	return status, err
-}
-
 const outboxFinalizeMany = `-- name: OutboxFinalizeMany :one
 WITH handoff_locks AS (
     -- As OutboxMarkDoneMany: the aggregates of the ordered rows that become
@@ -167,12 +120,14 @@ type OutboxFinalizeManyRow struct {
 //   - 'done': delivered (as OutboxMarkDoneMany; an ordered row hands its
 //     aggregate on, under the aggregate's advisory lock, see below);
 //   - 'retry': a failure of the message: pending at now() + its delay, the
-//     attempt spent, @errors in last_error (as OutboxReschedule);
+//     attempt spent, @errors in last_error;
 //   - 'defer': a business defer: pending at now() + its delay with the attempt
 //     refunded and 'deferred: ' || its error in last_error, or dead once the
-//     message is older than @max_defer_age (as OutboxDefer);
-//   - 'dead': for a person to look at, @errors in last_error (as
-//     OutboxMarkDead);
+//     message is older than @max_defer_age (created_at, database clock), so
+//     that defers cannot last forever;
+//   - 'dead': for a person to look at (a permanent failure, or retries
+//     exhausted), @errors in last_error; in an ordered aggregate a dead head
+//     blocks the aggregate until someone redrives or skips it;
 //   - 'release': handed back with the attempt refunded, pending at now() +
 //     its delay: claimed but never started (shutdown, a lease too close to
 //     expiry), or a publish that found the receiver or broker unavailable,
@@ -212,98 +167,8 @@ func (q *Queries) OutboxFinalizeMany(ctx context.Context, arg OutboxFinalizeMany
 	return &i, err
 }
 
-const outboxMarkDead = `-- name: OutboxMarkDead :execrows
-UPDATE outbox
-   SET status      = 'dead',
-       last_error  = left($1::text, 500),
-       lease_owner = NULL,
-       lease_until = NULL
- WHERE id = $2::bigint
-   AND status = 'processing'
-   AND lease_version = $3::bigint
-   AND lease_owner = $4::text
-`
-
-type OutboxMarkDeadParams struct {
-	Error        string `json:"error"`
-	ID           int64  `json:"id"`
-	LeaseVersion int64  `json:"lease_version"`
-	LeaseOwner   string `json:"lease_owner"`
-}
-
-// OutboxMarkDead sends a message to dead for a person to look at: a permanent
-// failure, or retries exhausted. In an ordered aggregate a dead head blocks
-// the aggregate until someone redrives or skips it.
-// 0 rows: lease lost.
-func (q *Queries) OutboxMarkDead(ctx context.Context, arg OutboxMarkDeadParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxMarkDead,
-		arg.Error,
-		arg.ID,
-		arg.LeaseVersion,
-		arg.LeaseOwner,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const outboxMarkDone = `-- name: OutboxMarkDone :one
-
-WITH done AS (
-    UPDATE outbox
-       SET status      = 'done',
-           done_at     = now(),
-           last_error  = NULL,
-           lease_owner = NULL,
-           lease_until = NULL
-     WHERE id = $1::bigint
-       AND status = 'processing'
-       AND lease_version = $2::bigint
-       AND lease_owner = $3::text
-    RETURNING id
-),
-counted AS (
-    SELECT outbox_delivered_add(ARRAY[date_trunc('minute', now())], ARRAY[count(*)]) FROM done
-)
-SELECT count(*)::bigint AS finalized
-  FROM done
-HAVING (SELECT count(*) FROM counted) >= 0
-`
-
-type OutboxMarkDoneParams struct {
-	ID           int64  `json:"id"`
-	LeaseVersion int64  `json:"lease_version"`
-	LeaseOwner   string `json:"lease_owner"`
-}
-
-// Finalizes. Every write after a claim is fenced: it changes the row only if
-// the row is still processing under the claim's fencing token, the pair
-// (lease_owner, lease_version) the claim wrote. A worker whose lease expired
-// and was taken over (lease_version moved on) gets 0 rows and must not touch
-// the row; a worker whose lease expired but was NOT taken over still
-// succeeds, because what decides is the generation, not the clock.
-// Why the owner too: lease_version alone is unique only while the history of
-// the row is. After a failover to an asynchronous standby that never
-// received the last claims, the row is back at an older lease_version, and
-// the next claim hands the same lease_version out again. The dispatcher
-// writes a lease_owner unique to each claim (owner name, a random run id and
-// a claim number), so the old claim's token still does not match and its
-// writes get 0 rows. Fencing protects the database state only: the message
-// may already have been published, so downstream deduplicates by outbox id.
-// Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
-// OutboxMarkDone records a successful publish, and counts it in the
-// current minute's deliveries (outbox_delivered_add, migration 00018).
-// 0: lease lost (taken over, reaped, or the claim itself lost in a
-// failover to an asynchronous standby) — log it, do nothing else.
-func (q *Queries) OutboxMarkDone(ctx context.Context, arg OutboxMarkDoneParams) (int64, error) {
-	row := q.db.QueryRow(ctx, outboxMarkDone, arg.ID, arg.LeaseVersion, arg.LeaseOwner)
-	var finalized int64
-	err := row.Scan(&finalized)
-	return finalized, err
-}
-
 const outboxMarkDoneMany = `-- name: OutboxMarkDoneMany :one
+
 WITH handoff_locks AS (
     -- The head hand-off (migration 00005) locks each ordered row's
     -- aggregate; taken here first, all at once and in key order through
@@ -353,6 +218,30 @@ type OutboxMarkDoneManyParams struct {
 	LeaseOwners   []string `json:"lease_owners"`
 }
 
+// Finalizes. Every write after a claim is fenced: it changes the row only if
+// the row is still processing under the claim's fencing token, the pair
+// (lease_owner, lease_version) the claim wrote. A worker whose lease expired
+// and was taken over (lease_version moved on) gets 0 rows and must not touch
+// the row; a worker whose lease expired but was NOT taken over still
+// succeeds, because what decides is the generation, not the clock.
+// Why the owner too: lease_version alone is unique only while the history of
+// the row is. After a failover to an asynchronous standby that never
+// received the last claims, the row is back at an older lease_version, and
+// the next claim hands the same lease_version out again. The dispatcher
+// writes a lease_owner unique to each claim (owner name, a random run id and
+// a claim number), so the old claim's token still does not match and its
+// writes get 0 rows. Fencing protects the database state only: the message
+// may already have been published, so downstream deduplicates by outbox id.
+// The relay finalizes in batches: each row of a batch carries its own token
+// in parallel arrays, and is written only when, for that row alone,
+//
+//	id = @id AND status = 'processing' AND lease_version = @lease_version
+//	AND lease_owner = @lease_owner
+//
+// holds (the single-row rule, applied per element); a row that does not
+// match is left as it is and missing from the result: its lease was lost.
+// Lock strategy for all: one UPDATE by primary key over the unnest of the
+// batch.
 // OutboxMarkDoneMany finalizes a batch of successful publishes in one
 // statement, each row still fenced by its own token (@ids, @lease_versions
 // and @lease_owners are parallel arrays).
@@ -379,84 +268,4 @@ func (q *Queries) OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneMany
 	var ids []int64
 	err := row.Scan(&ids)
 	return ids, err
-}
-
-const outboxReleaseMany = `-- name: OutboxReleaseMany :execrows
-UPDATE outbox AS o
-   SET status       = 'pending',
-       available_at = now(),
-       attempts     = o.attempts - 1,
-       lease_owner  = NULL,
-       lease_until  = NULL
-  FROM (SELECT unnest($1::bigint[])            AS id,
-               unnest($2::bigint[]) AS lease_version,
-               unnest($3::text[])     AS lease_owner,
-               'processing'::text                AS status) AS f
- WHERE o.id = f.id
-   AND o.status = f.status
-   AND o.lease_version = f.lease_version
-   AND o.lease_owner = f.lease_owner
-`
-
-type OutboxReleaseManyParams struct {
-	Ids           []int64  `json:"ids"`
-	LeaseVersions []int64  `json:"lease_versions"`
-	LeaseOwners   []string `json:"lease_owners"`
-}
-
-// OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
-// shutdown, or a lease too close to expiry to start publishing): pending,
-// available now, the attempt refunded because nothing was tried.
-// Access path: primary-key lookups, as OutboxMarkDoneMany (and f.status for
-// the same reason).
-// Returns the number of rows handed back; a missing row lost its lease.
-func (q *Queries) OutboxReleaseMany(ctx context.Context, arg OutboxReleaseManyParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxReleaseMany, arg.Ids, arg.LeaseVersions, arg.LeaseOwners)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const outboxReschedule = `-- name: OutboxReschedule :execrows
-UPDATE outbox
-   SET status       = 'pending',
-       available_at = now() + $1::interval,
-       last_error   = left($2::text, 500),
-       attempts     = attempts - CASE WHEN $3::boolean THEN 1 ELSE 0 END,
-       lease_owner  = NULL,
-       lease_until  = NULL
- WHERE id = $4::bigint
-   AND status = 'processing'
-   AND lease_version = $5::bigint
-   AND lease_owner = $6::text
-`
-
-type OutboxRescheduleParams struct {
-	Delay         time.Duration `json:"delay"`
-	Error         string        `json:"error"`
-	RefundAttempt bool          `json:"refund_attempt"`
-	ID            int64         `json:"id"`
-	LeaseVersion  int64         `json:"lease_version"`
-	LeaseOwner    string        `json:"lease_owner"`
-}
-
-// OutboxReschedule puts a message back to pending at now() + @delay: a
-// retryable failure (attempt spent) or a business defer (@refund_attempt gives
-// the attempt back, since a defer is not a failure). @error is kept in
-// last_error, truncated to 500 characters.
-// 0 rows: lease lost.
-func (q *Queries) OutboxReschedule(ctx context.Context, arg OutboxRescheduleParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxReschedule,
-		arg.Delay,
-		arg.Error,
-		arg.RefundAttempt,
-		arg.ID,
-		arg.LeaseVersion,
-		arg.LeaseOwner,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }

@@ -95,7 +95,7 @@ type OutboxBlockedAggregatesRow struct {
 // OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 // been delivered for longer than @stalled_after (database clock), with the
 // size of the backlog waiting behind the head. The head is the lowest seq
-// (commit order), as in OutboxClaimOrdered. Oldest first.
+// (commit order), as in OutboxClaimOrderedWindow. Oldest first.
 // Index: outbox_ordered_head (undelivered ordered rows only).
 func (q *Queries) OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]*OutboxBlockedAggregatesRow, error) {
 	rows, err := q.db.Query(ctx, outboxBlockedAggregates, arg.StalledAfter, arg.MaxRows)

@@ -26,7 +26,7 @@ type Querier interface {
 	// OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 	// been delivered for longer than @stalled_after (database clock), with the
 	// size of the backlog waiting behind the head. The head is the lowest seq
-	// (commit order), as in OutboxClaimOrdered. Oldest first.
+	// (commit order), as in OutboxClaimOrderedWindow. Oldest first.
 	// Index: outbox_ordered_head (undelivered ordered rows only).
 	OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]*OutboxBlockedAggregatesRow, error)
 	// The start check of the dispatcher and of every pgoutbox command: is the
@@ -119,47 +119,6 @@ type Querier interface {
 	// Index: outbox_leased (lease_until, partial: processing), from @expired_after.
 	// 0 rows: no expired lease to recover.
 	OutboxClaimExpired(ctx context.Context, arg OutboxClaimExpiredParams) ([]*OutboxClaimExpiredRow, error)
-	// OutboxClaimOrdered claims up to @batch ordered messages, at most one per
-	// aggregate: the head, i.e. the undelivered (pending, processing or dead)
-	// row with the lowest seq of its aggregate_id.
-	//
-	// Why seq is commit order: seq is assigned at COMMIT by the deferred trigger
-	// outbox_commit_order (migration 00004), under a transaction-level advisory
-	// lock on the aggregate that PostgreSQL releases only after the commit is
-	// visible. The next transaction of the aggregate draws its seq only after
-	// that, so per aggregate seq follows the commit order of the producing
-	// transactions (and insertion order within one), and a row with a lower seq
-	// is visible to every snapshot that sees a row with a higher one.
-	// Why no horizon: the head index holds sequenced rows only, and a row is
-	// sequenced in the COMMIT that makes it visible, so every row that can ever
-	// sort before a visible head is already visible. Nothing another transaction
-	// does (open writers in other databases or tables, idle-in-transaction
-	// sessions, long snapshots) delays a head; an open transaction that wrote
-	// ordered events holds no position until it commits. Ordering by id or xid
-	// would not do: both are assigned before COMMIT and become visible in
-	// another order.
-	//
-	// Access path: a loose index scan over outbox_ordered_head (aggregate_id,
-	// seq), partial on sequenced undelivered ordered rows. Each step is one index
-	// descent to the next aggregate's first entry, which is its head; an
-	// aggregate blocked by a dead or in-flight head costs one descent, never a
-	// scan of its backlog. Aggregates are visited round-robin in aggregate_id
-	// order starting after @after_aggregate_id ('' = from the start); the
-	// dispatcher passes the last aggregate it claimed so every aggregate gets its
-	// turn.
-	// Expired leases: an expired processing ordered row is always its aggregate's
-	// head; when one exists (and @recover_expired) it is claimed alone
-	// (isolation, as in OutboxClaim; the dispatcher passes false and uses its
-	// recovery lane instead).
-	// Lock strategy: FOR UPDATE SKIP LOCKED on the chosen heads, whose status and
-	// availability are re-checked on the locked row version; the locked rows are
-	// then updated through id = ANY(ARRAY(...)), as in OutboxClaim. Rows come
-	// back in id order.
-	// Each row comes with its position (seq, prev_seq, sent_seq; 0 for none),
-	// as OutboxClaimOrderedWindow returns it.
-	// 0 rows: no aggregate has a claimable head right now; it may be blocked by a
-	// dead head, or a head in flight or in backoff.
-	OutboxClaimOrdered(ctx context.Context, arg OutboxClaimOrderedParams) ([]*OutboxClaimOrderedRow, error)
 	// OutboxClaimOrderedWindow claims up to @batch ordered heads that are new to
 	// the cursor: the same cursor, lanes and order as OutboxClaimWindow, over
 	// rows flagged head (migration 00005). A row is flagged head when it becomes
@@ -167,10 +126,20 @@ type Querier interface {
 	// COMMIT when the aggregate had nothing undelivered, or when the head before
 	// it became done (the hand-off stamps its txid, so it is new to every
 	// cursor). So at most one row per aggregate is claimable, in commit order,
-	// as with OutboxClaimOrdered, but without reading any aggregate's delivered
-	// rows: the claim's cost does not grow while a long snapshot is held. A dead
-	// head keeps its flag and blocks its aggregate until redriven (pending
-	// again: stamped, due lane) or skipped (done: hand-off).
+	// without reading any aggregate's delivered rows: the claim's cost does not
+	// grow while a long snapshot is held. A dead head keeps its flag and blocks
+	// its aggregate until redriven (pending again: stamped, due lane) or
+	// skipped (done: hand-off).
+	// Why seq is commit order: seq is assigned at COMMIT by the deferred trigger
+	// outbox_commit_order (migration 00004), under a transaction-level advisory
+	// lock on the aggregate that PostgreSQL releases only after the commit is
+	// visible. The next transaction of the aggregate draws its seq only after
+	// that, so per aggregate seq follows the commit order of the producing
+	// transactions (and insertion order within one), and a row with a lower seq
+	// is visible to every snapshot that sees a row with a higher one. Ordering
+	// by id or xid would not do: both are assigned before COMMIT and become
+	// visible in another order. An open transaction that wrote ordered events
+	// holds no position until it commits, so it delays no head.
 	// Round-robin: heads are claimed in the order they became heads, oldest
 	// first, so no aggregate waits behind another's backlog.
 	// Lock strategy: as OutboxClaimWindow; the head flag and status are
@@ -515,13 +484,6 @@ type Querier interface {
 	// reset).
 	// Lock strategy: none. Always one row (zeros before any statistics).
 	OutboxDeadTuples(ctx context.Context) (*OutboxDeadTuplesRow, error)
-	// OutboxDefer is the business defer with a deadline: back to pending at
-	// now() + @delay with the attempt refunded, unless the message is older than
-	// @max_age (measured on the database clock from created_at), in which case it
-	// goes to dead — defers could otherwise last forever.
-	// Returns the status written ('pending' or 'dead').
-	// No row (pgx.ErrNoRows): lease lost.
-	OutboxDefer(ctx context.Context, arg OutboxDeferParams) (string, error)
 	// Queries producers run inside their business transaction: the row commits or
 	// rolls back together with the business change, which is the point of an outbox.
 	//
@@ -577,12 +539,14 @@ type Querier interface {
 	// * 'done': delivered (as OutboxMarkDoneMany; an ordered row hands its
 	//   aggregate on, under the aggregate's advisory lock, see below);
 	// * 'retry': a failure of the message: pending at now() + its delay, the
-	//   attempt spent, @errors in last_error (as OutboxReschedule);
+	//   attempt spent, @errors in last_error;
 	// * 'defer': a business defer: pending at now() + its delay with the attempt
 	//   refunded and 'deferred: ' || its error in last_error, or dead once the
-	//   message is older than @max_defer_age (as OutboxDefer);
-	// * 'dead': for a person to look at, @errors in last_error (as
-	//   OutboxMarkDead);
+	//   message is older than @max_defer_age (created_at, database clock), so
+	//   that defers cannot last forever;
+	// * 'dead': for a person to look at (a permanent failure, or retries
+	//   exhausted), @errors in last_error; in an ordered aggregate a dead head
+	//   blocks the aggregate until someone redrives or skips it;
 	// * 'release': handed back with the attempt refunded, pending at now() +
 	//   its delay: claimed but never started (shutdown, a lease too close to
 	//   expiry), or a publish that found the receiver or broker unavailable,
@@ -644,7 +608,7 @@ type Querier interface {
 	// and it rolls back, so attempts never rise and the row stays first in line
 	// for ever. These queries claim without the payload and read each claimed
 	// row's payload with its own statement, so one unreadable row can be told
-	// apart and sent to dead (OutboxMarkDead) while its neighbours flow. The
+	// apart and sent to dead (OutboxFinalizeMany) while its neighbours flow. The
 	// recovery lane uses them too: a recovered message is read the same way.
 	// Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
 	// OutboxClaim does, so every later write is fenced the same way (on
@@ -665,13 +629,13 @@ type Querier interface {
 	// OutboxIsolateClaimOrdered claims up to @batch ordered heads without their
 	// payload: sequenced pending rows with no earlier (seq order: the commit
 	// order of the producing transactions) pending, processing or dead row of
-	// the same aggregate — the head rule of OutboxClaimOrdered, written as a
-	// plain NOT EXISTS: this is the fallback path, taken only after a claim
-	// failed, so simplicity beats the loose index scan. The row must also be
-	// flagged head (migration 00005), so that its done hands off to the next. As there, no horizon: a
-	// row is sequenced only at its transaction's COMMIT, and a lower seq is
-	// visible whenever a higher one is. The head is re-checked on the locked row
-	// version.
+	// the same aggregate — the head rule, written as a plain NOT EXISTS: this
+	// is the fallback path, taken only after a claim failed, so simplicity beats
+	// an index walk. The row must also be flagged head (migration 00005), so
+	// that its done hands off to the next. As in OutboxClaimOrderedWindow, no
+	// horizon: a row is sequenced only at its transaction's COMMIT, and a lower
+	// seq is visible whenever a higher one is. The head is re-checked on the
+	// locked row version.
 	// Lock strategy: FOR UPDATE SKIP LOCKED on the heads, UPDATE by primary key.
 	// Index: outbox_ordered_head (aggregate_id, seq) for the NOT EXISTS probe.
 	// Order: by id. 0 rows: no claimable head right now.
@@ -680,7 +644,7 @@ type Querier interface {
 	// caller still holds the lease it claimed (lease_owner and lease_version, the
 	// token of finalize.sql). A data or resource error here
 	// (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
-	// it to dead with OutboxMarkDead, naming the SQLSTATE. An ordered row comes
+	// it to dead with OutboxFinalizeMany, naming the SQLSTATE. An ordered row comes
 	// with its position (seq, prev_seq, sent_seq; 0 for none), as the claims
 	// return it.
 	// Lock strategy: none (a plain read by primary key).
@@ -702,11 +666,6 @@ type Querier interface {
 	// the end of the transaction. Index: the primary key.
 	// Returns the number of locks taken.
 	OutboxLockAggregatesOfIds(ctx context.Context, ids []int64) (int32, error)
-	// OutboxMarkDead sends a message to dead for a person to look at: a permanent
-	// failure, or retries exhausted. In an ordered aggregate a dead head blocks
-	// the aggregate until someone redrives or skips it.
-	// 0 rows: lease lost.
-	OutboxMarkDead(ctx context.Context, arg OutboxMarkDeadParams) (int64, error)
 	// Finalizes. Every write after a claim is fenced: it changes the row only if
 	// the row is still processing under the claim's fencing token, the pair
 	// (lease_owner, lease_version) the claim wrote. A worker whose lease expired
@@ -721,12 +680,14 @@ type Querier interface {
 	// a claim number), so the old claim's token still does not match and its
 	// writes get 0 rows. Fencing protects the database state only: the message
 	// may already have been published, so downstream deduplicates by outbox id.
-	// Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
-	// OutboxMarkDone records a successful publish, and counts it in the
-	// current minute's deliveries (outbox_delivered_add, migration 00018).
-	// 0: lease lost (taken over, reaped, or the claim itself lost in a
-	// failover to an asynchronous standby) — log it, do nothing else.
-	OutboxMarkDone(ctx context.Context, arg OutboxMarkDoneParams) (int64, error)
+	// The relay finalizes in batches: each row of a batch carries its own token
+	// in parallel arrays, and is written only when, for that row alone,
+	//   id = @id AND status = 'processing' AND lease_version = @lease_version
+	//   AND lease_owner = @lease_owner
+	// holds (the single-row rule, applied per element); a row that does not
+	// match is left as it is and missing from the result: its lease was lost.
+	// Lock strategy for all: one UPDATE by primary key over the unnest of the
+	// batch.
 	// OutboxMarkDoneMany finalizes a batch of successful publishes in one
 	// statement, each row still fenced by its own token (@ids, @lease_versions
 	// and @lease_owners are parallel arrays).
@@ -844,7 +805,7 @@ type Querier interface {
 	// commit). Reaped at once, such a message would be buried although it was
 	// delivered: `dead retry` would deliver it twice, and in an ordered
 	// aggregate it would block every later event behind a delivered one. Within
-	// the grace the owner's fenced OutboxMarkDone still succeeds (nobody else can
+	// the grace the owner's fenced OutboxMarkDoneMany still succeeds (nobody else can
 	// claim the row: attempts >= max). A message that crashes every worker is
 	// still buried, only @grace later.
 	// @expired_after: the recovery lane's cursor, as in OutboxClaimExpired
@@ -917,21 +878,14 @@ type Querier interface {
 	// migrated by an older pgoutbox.
 	// Lock strategy: none (catalog read). 0 rows: never.
 	OutboxRelaysTable(ctx context.Context) (bool, error)
-	// OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
-	// shutdown, or a lease too close to expiry to start publishing): pending,
-	// available now, the attempt refunded because nothing was tried.
-	// Access path: primary-key lookups, as OutboxMarkDoneMany (and f.status for
-	// the same reason).
-	// Returns the number of rows handed back; a missing row lost its lease.
-	OutboxReleaseMany(ctx context.Context, arg OutboxReleaseManyParams) (int64, error)
 	// OutboxRepairHeads flags the head of every aggregate whose first
 	// undelivered row (seq order) is not flagged: a safety net for heads lost
 	// outside the triggers' view (an undelivered row deleted by hand, a head made
-	// done while triggers were disabled, rows claimed with the loose-scan
-	// OutboxClaimOrdered by another tool). Flagged rows are stamped, so cursors
+	// done while triggers were disabled, rows claimed by another tool that does
+	// not respect the flag). Flagged rows are stamped, so cursors
 	// see them as new. It runs now and then (Config.SweepInterval) on the
 	// recovery lane and normally changes nothing.
-	// This reads each aggregate's first index entries, like OutboxClaimOrdered:
+	// This reads each aggregate's first index entries (a loose index scan):
 	// under a long-held snapshot it pays for the delivered rows kept, once per
 	// interval, off the claim path.
 	// A head flagged here gets its sent_seq (migration 00010) from the rows
@@ -960,12 +914,6 @@ type Querier interface {
 	// Index: outbox_ordered_unresolved, outbox_ordered_seq.
 	// Returns the rows sequenced; 0 is the normal case.
 	OutboxRepairUnsequenced(ctx context.Context, maxRows int32) (int32, error)
-	// OutboxReschedule puts a message back to pending at now() + @delay: a
-	// retryable failure (attempt spent) or a business defer (@refund_attempt gives
-	// the attempt back, since a defer is not a failure). @error is kept in
-	// last_error, truncated to 500 characters.
-	// 0 rows: lease lost.
-	OutboxReschedule(ctx context.Context, arg OutboxRescheduleParams) (int64, error)
 	// OutboxResolveHeads decides the head flag of up to @max_rows rows that
 	// REPEATABLE READ or SERIALIZABLE producers left undecided (head IS NULL;
 	// see migration 00005): a row is its aggregate's head when the aggregate's

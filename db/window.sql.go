@@ -121,10 +121,20 @@ type OutboxClaimOrderedWindowRow struct {
 // COMMIT when the aggregate had nothing undelivered, or when the head before
 // it became done (the hand-off stamps its txid, so it is new to every
 // cursor). So at most one row per aggregate is claimable, in commit order,
-// as with OutboxClaimOrdered, but without reading any aggregate's delivered
-// rows: the claim's cost does not grow while a long snapshot is held. A dead
-// head keeps its flag and blocks its aggregate until redriven (pending
-// again: stamped, due lane) or skipped (done: hand-off).
+// without reading any aggregate's delivered rows: the claim's cost does not
+// grow while a long snapshot is held. A dead head keeps its flag and blocks
+// its aggregate until redriven (pending again: stamped, due lane) or
+// skipped (done: hand-off).
+// Why seq is commit order: seq is assigned at COMMIT by the deferred trigger
+// outbox_commit_order (migration 00004), under a transaction-level advisory
+// lock on the aggregate that PostgreSQL releases only after the commit is
+// visible. The next transaction of the aggregate draws its seq only after
+// that, so per aggregate seq follows the commit order of the producing
+// transactions (and insertion order within one), and a row with a lower seq
+// is visible to every snapshot that sees a row with a higher one. Ordering
+// by id or xid would not do: both are assigned before COMMIT and become
+// visible in another order. An open transaction that wrote ordered events
+// holds no position until it commits, so it delays no head.
 // Round-robin: heads are claimed in the order they became heads, oldest
 // first, so no aggregate waits behind another's backlog.
 // Lock strategy: as OutboxClaimWindow; the head flag and status are
@@ -747,11 +757,11 @@ UPDATE outbox AS r
 // OutboxRepairHeads flags the head of every aggregate whose first
 // undelivered row (seq order) is not flagged: a safety net for heads lost
 // outside the triggers' view (an undelivered row deleted by hand, a head made
-// done while triggers were disabled, rows claimed with the loose-scan
-// OutboxClaimOrdered by another tool). Flagged rows are stamped, so cursors
+// done while triggers were disabled, rows claimed by another tool that does
+// not respect the flag). Flagged rows are stamped, so cursors
 // see them as new. It runs now and then (Config.SweepInterval) on the
 // recovery lane and normally changes nothing.
-// This reads each aggregate's first index entries, like OutboxClaimOrdered:
+// This reads each aggregate's first index entries (a loose index scan):
 // under a long-held snapshot it pays for the delivered rows kept, once per
 // interval, off the claim path.
 // A head flagged here gets its sent_seq (migration 00010) from the rows

@@ -50,7 +50,7 @@ func TestFailures_OutcomesAreWrittenInBatches(t *testing.T) {
 	writes := 0
 	for _, s := range tr.rec.Ended() {
 		switch strings.TrimSuffix(s.Name(), " outbox") {
-		case "OutboxFinalizeMany", "OutboxMarkDoneMany", "OutboxMarkDone", "OutboxReschedule", "OutboxDefer", "OutboxMarkDead":
+		case "OutboxFinalizeMany", "OutboxMarkDoneMany":
 			writes++
 		}
 	}

@@ -330,7 +330,7 @@ type Config struct {
 	// Defaults to ListenPingDefault (10s).
 	ListenPing time.Duration
 
-	// ShutdownFlush bounds the final hand-back (OutboxReleaseMany) and
+	// ShutdownFlush bounds the final hand-back (OutboxFinalizeMany) and
 	// finalize (OutboxMarkDoneMany) that Run performs after publishes have
 	// stopped, on a deadline of their own (not the cancelled context of the
 	// publishes). Defaults to ShutdownFlushDefault (5s).

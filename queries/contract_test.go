@@ -135,7 +135,7 @@ func TestExtendLease_StaleVersionChangesNothing(t *testing.T) {
 }
 
 // Every write after a claim is fenced: a stale lease_version changes nothing
-// for Reschedule, MarkDead, Defer and ReleaseMany either.
+// for a retry, a defer, a dead or a hand-back (release) either.
 func TestFencedWrites_StaleVersionChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -143,17 +143,12 @@ func TestFencedWrites_StaleVersionChangesNothing(t *testing.T) {
 	c := b.claim(t, "w", 1, time.Minute, 12)[0]
 	ctx := context.Background()
 	stale := c.LeaseVersion - 1
-	if n, err := b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: c.ID, LeaseVersion: stale, LeaseOwner: c.Owner, Delay: 0, Error: "x"}); err != nil || n != 0 {
-		t.Fatalf("reschedule: n=%d err=%v", n, err)
-	}
-	if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: stale, LeaseOwner: c.Owner, Error: "x"}); err != nil || n != 0 {
-		t.Fatalf("mark dead: n=%d err=%v", n, err)
-	}
-	if _, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: c.ID, LeaseVersion: stale, LeaseOwner: c.Owner, Delay: 0, Error: "x", MaxAge: time.Hour}); err != pgx.ErrNoRows {
-		t.Fatalf("defer: err=%v, want pgx.ErrNoRows", err)
-	}
-	if n, err := b.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: []int64{c.ID}, LeaseVersions: []int64{stale}, LeaseOwners: []string{c.Owner}}); err != nil || n != 0 {
-		t.Fatalf("release: n=%d err=%v", n, err)
+	old := c
+	old.LeaseVersion = stale
+	for _, outcome := range []string{"retry", "dead", "defer", "release"} {
+		if got, err := finalizeOne(ctx, b.q, old, outcome, 0, "x", time.Hour); err != nil || got != "" {
+			t.Fatalf("%s: wrote %q, err=%v; want nothing written", outcome, got, err)
+		}
 	}
 	if r := b.row(t, c.ID); r.Status != "processing" || r.Attempts != 1 || r.LeaseVersion != c.LeaseVersion {
 		t.Fatalf("row changed by stale writes: %+v", r)
@@ -172,8 +167,7 @@ func TestDefer_PastMaxAgeGoesDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []string{"dead", "pending"} {
-		got, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: cs[i].ID, LeaseVersion: cs[i].LeaseVersion, LeaseOwner: cs[i].Owner,
-			Delay: time.Minute, Error: "waiting for customer", MaxAge: 24 * time.Hour})
+		got, err := finalizeOne(ctx, b.q, cs[i], "defer", time.Minute, "waiting for customer", 24*time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,16 +180,16 @@ func TestDefer_PastMaxAgeGoesDead(t *testing.T) {
 	}
 }
 
-// last_error is truncated in SQL to 500 characters, by the single-row
-// writes and by the batch writer.
+// last_error is truncated in SQL to 500 characters by the batch writer, for
+// one row alone and for several.
 func TestLastError_TruncatedTo500Characters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.seed(t, 2, "a")
 	cs := b.claim(t, "w", 2, time.Minute, 12)
 	long := strings.Repeat("é", 2000)
-	if n, err := b.q.OutboxMarkDead(context.Background(), db.OutboxMarkDeadParams{ID: cs[0].ID, LeaseVersion: cs[0].LeaseVersion, LeaseOwner: cs[0].Owner, Error: long}); err != nil || n != 1 {
-		t.Fatalf("n=%d err=%v", n, err)
+	if got, err := finalizeOne(context.Background(), b.q, cs[0], "dead", 0, long, 0); err != nil || got != "dead" {
+		t.Fatalf("wrote %q, err=%v", got, err)
 	}
 	b.finalizeMany(t, cs[1:], []string{"dead"}, []time.Duration{0}, []string{long}, true)
 	for _, c := range cs {
@@ -212,16 +206,11 @@ func TestReleaseMany_HandsBackWithAttemptRefunded(t *testing.T) {
 	b := setup(t)
 	b.seed(t, 3, "a")
 	cs := b.claim(t, "w", 3, time.Minute, 12)
-	var idsArg, versions []int64
-	var owners []string
-	for _, c := range cs {
-		idsArg = append(idsArg, c.ID)
-		versions = append(versions, c.LeaseVersion)
-		owners = append(owners, c.Owner)
-	}
-	n, err := b.q.OutboxReleaseMany(context.Background(), db.OutboxReleaseManyParams{Ids: idsArg, LeaseVersions: versions, LeaseOwners: owners})
-	if err != nil || n != 3 {
-		t.Fatalf("n=%d err=%v", n, err)
+	idsArg := ids(cs)
+	outcomes := []string{"release", "release", "release"}
+	got := b.finalizeMany(t, cs, outcomes, make([]time.Duration, 3), make([]string, 3), true)
+	if diff := cmp.Diff(idsArg, got.Ids); diff != "" {
+		t.Fatalf("released (-want +got):\n%s", diff)
 	}
 	again := b.claim(t, "v", 3, time.Minute, 12)
 	if diff := cmp.Diff(idsArg, ids(again)); diff != "" {
@@ -265,8 +254,8 @@ func TestDeadLetter_ListRedriveSkip(t *testing.T) {
 	cs := b.claim(t, "w", 5, time.Minute, 12)
 	ctx := context.Background()
 	for _, c := range cs[:4] {
-		if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner, Error: "422"}); err != nil || n != 1 {
-			t.Fatal(n, err)
+		if got, err := finalizeOne(ctx, b.q, c, "dead", 0, "422", 0); err != nil || got != "dead" {
+			t.Fatal(got, err)
 		}
 	}
 	var listed []int64
@@ -478,9 +467,8 @@ func TestClaim_FirstComeByTransactionThenInsertionOrder(t *testing.T) {
 	}
 	// The first message fails once and is rescheduled with no delay:
 	// pending again, with the txid of its retry.
-	if n, err := b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: retried, LeaseVersion: cs[0].LeaseVersion,
-		LeaseOwner: "w", Error: "boom"}); err != nil || n != 1 {
-		t.Fatalf("reschedule: %d, %v", n, err)
+	if got, err := finalizeOne(ctx, b.q, claimed{ID: retried, LeaseVersion: cs[0].LeaseVersion, Owner: "w"}, "retry", 0, "boom", 0); err != nil || got != "pending" {
+		t.Fatalf("retry: %q, %v", got, err)
 	}
 	if !(y1 < y2 && y2 < o1 && o1 < o2 && retried < y1) {
 		t.Fatalf("setup: ids retried %d, younger %d %d, older %d %d", retried, y1, y2, o1, o2)

@@ -37,32 +37,10 @@ var fencedWrites = []struct {
 	name string
 	run  func(ctx context.Context, q *db.Queries, c claimed) (int64, error)
 }{
-	{"OutboxMarkDone", func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
-		return q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner})
-	}},
 	{"OutboxMarkDoneMany", func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
 		ids, err := q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{
 			Ids: []int64{c.ID}, LeaseVersions: []int64{c.LeaseVersion}, LeaseOwners: []string{c.Owner}})
 		return int64(len(ids)), err
-	}},
-	{"OutboxReschedule", func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
-		return q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner,
-			Delay: time.Minute, Error: "503"})
-	}},
-	{"OutboxDefer", func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
-		_, err := q.OutboxDefer(ctx, db.OutboxDeferParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner,
-			Delay: time.Minute, Error: "later", MaxAge: time.Hour})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, nil
-		}
-		return 1, err
-	}},
-	{"OutboxMarkDead", func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
-		return q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner, Error: "422"})
-	}},
-	{"OutboxReleaseMany", func(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
-		return q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{
-			Ids: []int64{c.ID}, LeaseVersions: []int64{c.LeaseVersion}, LeaseOwners: []string{c.Owner}})
 	}},
 	{"OutboxFinalizeMany done", finalizeManyAs("done")},
 	{"OutboxFinalizeMany retry", finalizeManyAs("retry")},

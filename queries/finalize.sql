@@ -12,32 +12,14 @@
 -- a claim number), so the old claim's token still does not match and its
 -- writes get 0 rows. Fencing protects the database state only: the message
 -- may already have been published, so downstream deduplicates by outbox id.
--- Lock strategy for all: a single-row (or unnest-batch) UPDATE by primary key.
-
--- OutboxMarkDone records a successful publish, and counts it in the
--- current minute's deliveries (outbox_delivered_add, migration 00018).
--- 0: lease lost (taken over, reaped, or the claim itself lost in a
--- failover to an asynchronous standby) — log it, do nothing else.
--- name: OutboxMarkDone :one
-WITH done AS (
-    UPDATE outbox
-       SET status      = 'done',
-           done_at     = now(),
-           last_error  = NULL,
-           lease_owner = NULL,
-           lease_until = NULL
-     WHERE id = @id::bigint
-       AND status = 'processing'
-       AND lease_version = @lease_version::bigint
-       AND lease_owner = @lease_owner::text
-    RETURNING id
-),
-counted AS (
-    SELECT outbox_delivered_add(ARRAY[date_trunc('minute', now())], ARRAY[count(*)]) FROM done
-)
-SELECT count(*)::bigint AS finalized
-  FROM done
-HAVING (SELECT count(*) FROM counted) >= 0;
+-- The relay finalizes in batches: each row of a batch carries its own token
+-- in parallel arrays, and is written only when, for that row alone,
+--   id = @id AND status = 'processing' AND lease_version = @lease_version
+--   AND lease_owner = @lease_owner
+-- holds (the single-row rule, applied per element); a row that does not
+-- match is left as it is and missing from the result: its lease was lost.
+-- Lock strategy for all: one UPDATE by primary key over the unnest of the
+-- batch.
 
 -- OutboxMarkDoneMany finalizes a batch of successful publishes in one
 -- statement, each row still fenced by its own token (@ids, @lease_versions
@@ -107,12 +89,14 @@ HAVING (SELECT count(*) FROM counted) >= 0;
 -- * 'done': delivered (as OutboxMarkDoneMany; an ordered row hands its
 --   aggregate on, under the aggregate's advisory lock, see below);
 -- * 'retry': a failure of the message: pending at now() + its delay, the
---   attempt spent, @errors in last_error (as OutboxReschedule);
+--   attempt spent, @errors in last_error;
 -- * 'defer': a business defer: pending at now() + its delay with the attempt
 --   refunded and 'deferred: ' || its error in last_error, or dead once the
---   message is older than @max_defer_age (as OutboxDefer);
--- * 'dead': for a person to look at, @errors in last_error (as
---   OutboxMarkDead);
+--   message is older than @max_defer_age (created_at, database clock), so
+--   that defers cannot last forever;
+-- * 'dead': for a person to look at (a permanent failure, or retries
+--   exhausted), @errors in last_error; in an ordered aggregate a dead head
+--   blocks the aggregate until someone redrives or skips it;
 -- * 'release': handed back with the attempt refunded, pending at now() +
 --   its delay: claimed but never started (shutdown, a lease too close to
 --   expiry), or a publish that found the receiver or broker unavailable,
@@ -212,81 +196,3 @@ SELECT coalesce(array_agg(written.id), '{}')::bigint[] AS ids,
        coalesce(array_agg(written.status), '{}')::text[] AS statuses
   FROM written
 HAVING (SELECT count(*) FROM counted) >= 0;
-
--- OutboxReschedule puts a message back to pending at now() + @delay: a
--- retryable failure (attempt spent) or a business defer (@refund_attempt gives
--- the attempt back, since a defer is not a failure). @error is kept in
--- last_error, truncated to 500 characters.
--- 0 rows: lease lost.
--- name: OutboxReschedule :execrows
-UPDATE outbox
-   SET status       = 'pending',
-       available_at = now() + @delay::interval,
-       last_error   = left(@error::text, 500),
-       attempts     = attempts - CASE WHEN @refund_attempt::boolean THEN 1 ELSE 0 END,
-       lease_owner  = NULL,
-       lease_until  = NULL
- WHERE id = @id::bigint
-   AND status = 'processing'
-   AND lease_version = @lease_version::bigint
-   AND lease_owner = @lease_owner::text;
-
--- OutboxDefer is the business defer with a deadline: back to pending at
--- now() + @delay with the attempt refunded, unless the message is older than
--- @max_age (measured on the database clock from created_at), in which case it
--- goes to dead — defers could otherwise last forever.
--- Returns the status written ('pending' or 'dead').
--- No row (pgx.ErrNoRows): lease lost.
--- name: OutboxDefer :one
-UPDATE outbox
-   SET status       = CASE WHEN created_at < now() - @max_age::interval THEN 'dead' ELSE 'pending' END,
-       available_at = CASE WHEN created_at < now() - @max_age::interval THEN available_at
-                           ELSE now() + @delay::interval END,
-       last_error   = left(CASE WHEN created_at < now() - @max_age::interval
-                                THEN 'deferred past max age: ' || @error::text
-                                ELSE 'deferred: ' || @error::text END, 500),
-       attempts     = attempts - 1,
-       lease_owner  = NULL,
-       lease_until  = NULL
- WHERE id = @id::bigint
-   AND status = 'processing'
-   AND lease_version = @lease_version::bigint
-   AND lease_owner = @lease_owner::text
-RETURNING status;
-
--- OutboxMarkDead sends a message to dead for a person to look at: a permanent
--- failure, or retries exhausted. In an ordered aggregate a dead head blocks
--- the aggregate until someone redrives or skips it.
--- 0 rows: lease lost.
--- name: OutboxMarkDead :execrows
-UPDATE outbox
-   SET status      = 'dead',
-       last_error  = left(@error::text, 500),
-       lease_owner = NULL,
-       lease_until = NULL
- WHERE id = @id::bigint
-   AND status = 'processing'
-   AND lease_version = @lease_version::bigint
-   AND lease_owner = @lease_owner::text;
-
--- OutboxReleaseMany hands claimed-but-unstarted messages back at once (graceful
--- shutdown, or a lease too close to expiry to start publishing): pending,
--- available now, the attempt refunded because nothing was tried.
--- Access path: primary-key lookups, as OutboxMarkDoneMany (and f.status for
--- the same reason).
--- Returns the number of rows handed back; a missing row lost its lease.
--- name: OutboxReleaseMany :execrows
-UPDATE outbox AS o
-   SET status       = 'pending',
-       available_at = now(),
-       attempts     = o.attempts - 1,
-       lease_owner  = NULL,
-       lease_until  = NULL
-  FROM (SELECT unnest(@ids::bigint[])            AS id,
-               unnest(@lease_versions::bigint[]) AS lease_version,
-               unnest(@lease_owners::text[])     AS lease_owner,
-               'processing'::text                AS status) AS f
- WHERE o.id = f.id
-   AND o.status = f.status
-   AND o.lease_version = f.lease_version
-   AND o.lease_owner = f.lease_owner;

@@ -123,10 +123,36 @@ func (b *bundle) claimOrdered(t *testing.T, owner string, batch int) []claimed {
 	return rows
 }
 
+// claimOrderedWith claims ordered heads as the dispatcher's lanes do: an
+// expired lease first and alone (OutboxClaimExpired, ordered rows), else
+// every claimable head up to batch from a cursor that has handed out
+// nothing yet (OutboxClaimOrderedWindow over the window from the empty
+// snapshot to now), after deciding the heads REPEATABLE READ producers left
+// undecided (OutboxResolveHeads), as the recovery lane does.
 func claimOrderedWith(ctx context.Context, q *db.Queries, owner string, batch int) ([]claimed, error) {
-	rows, err := q.OutboxClaimOrdered(ctx, db.OutboxClaimOrderedParams{
-		Owner: owner, Batch: int32(batch), Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true,
-	})
+	if _, err := q.OutboxResolveHeads(ctx, 1000); err != nil {
+		return nil, err
+	}
+	expired, err := q.OutboxClaimExpired(ctx, db.OutboxClaimExpiredParams{
+		Owner: owner, Lease: time.Minute, MaxAttempts: 12, Ordered: true})
+	if err != nil {
+		return nil, err
+	}
+	if len(expired) > 0 {
+		r := claimed{ID: expired[0].ID, LeaseVersion: expired[0].LeaseVersion, Attempts: expired[0].Attempts, Owner: owner}
+		row, err := q.OutboxIsolateRead(ctx, db.OutboxIsolateReadParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: owner})
+		if err != nil {
+			return nil, err
+		}
+		r.AggregateID = row.AggregateID
+		return []claimed{r}, nil
+	}
+	snap, err := q.OutboxClaimSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.OutboxClaimOrderedWindow(ctx, db.OutboxClaimOrderedWindowParams{
+		Snapshot: "1:1:", Upper: snap.Snapshot, Batch: int32(batch), Owner: owner, Lease: time.Minute})
 	if err != nil {
 		return nil, err
 	}
@@ -140,11 +166,44 @@ func claimOrderedWith(ctx context.Context, q *db.Queries, owner string, batch in
 
 func (b *bundle) markDone(t *testing.T, c claimed) bool {
 	t.Helper()
-	n, err := b.q.OutboxMarkDone(context.Background(), db.OutboxMarkDoneParams{ID: c.ID, LeaseVersion: c.LeaseVersion, LeaseOwner: c.Owner})
+	n, err := markDoneOne(context.Background(), b.q, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n == 1
+}
+
+// markDoneOne finalizes one claimed message done through the relay's writer,
+// OutboxMarkDoneMany (fenced per row): 1 when written, 0 when its lease was
+// lost.
+func markDoneOne(ctx context.Context, q *db.Queries, c claimed) (int64, error) {
+	ids, err := q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{
+		Ids: []int64{c.ID}, LeaseVersions: []int64{c.LeaseVersion}, LeaseOwners: []string{c.Owner}})
+	return int64(len(ids)), err
+}
+
+// finalizeOne writes one outcome ('retry', 'defer', 'dead', 'release' or
+// 'done') for one claimed message through the relay's fenced writer,
+// OutboxFinalizeMany, with its delay and error, and returns the status the
+// row got ('pending', 'dead' or 'done'), or "" when the write matched
+// nothing: the lease was lost. A defer goes dead past maxDeferAge.
+func finalizeOne(ctx context.Context, q *db.Queries, c claimed, outcome string, delay time.Duration, errText string, maxDeferAge time.Duration) (string, error) {
+	got, err := q.OutboxFinalizeMany(ctx, db.OutboxFinalizeManyParams{
+		Ids: []int64{c.ID}, LeaseVersions: []int64{c.LeaseVersion}, LeaseOwners: []string{c.Owner},
+		Outcomes: []string{outcome}, DelaysUs: []int64{delay.Microseconds()}, Errors: []string{errText},
+		MaxDeferAge: maxDeferAge})
+	if err != nil || len(got.Ids) == 0 {
+		return "", err
+	}
+	return got.Statuses[0], nil
+}
+
+// wrote is 1 for a status finalizeOne returned, 0 for "" (lease lost).
+func wrote(status string, err error) (int64, error) {
+	if status == "" {
+		return 0, err
+	}
+	return 1, err
 }
 
 type row struct {
@@ -213,20 +272,17 @@ func dispatchOnce(ctx context.Context, q *db.Queries, publish publishFunc, owner
 		)
 		switch {
 		case perr == nil:
-			n, err = q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner})
+			n, err = markDoneOne(ctx, q, m)
 		case errors.As(perr, &d):
-			n, err = q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner,
-				Delay: d.delay, Error: "deferred: " + d.reason, RefundAttempt: true})
+			n, err = wrote(finalizeOne(ctx, q, m, "defer", d.delay, d.reason, 7*24*time.Hour))
 		case errors.As(perr, &r):
 			if int(m.Attempts) >= maxAttempts {
-				n, err = q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner,
-					Error: "retries exhausted: " + r.Error()})
+				n, err = wrote(finalizeOne(ctx, q, m, "dead", 0, "retries exhausted: "+r.Error(), 0))
 			} else {
-				n, err = q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner,
-					Delay: fullJitter(int(m.Attempts), time.Millisecond, 10*time.Millisecond), Error: r.Error()})
+				n, err = wrote(finalizeOne(ctx, q, m, "retry", fullJitter(int(m.Attempts), time.Millisecond, 10*time.Millisecond), r.Error(), 0))
 			}
 		case errors.As(perr, &p):
-			n, err = q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: m.ID, LeaseVersion: m.LeaseVersion, LeaseOwner: m.Owner, Error: p.Error()})
+			n, err = wrote(finalizeOne(ctx, q, m, "dead", 0, p.Error(), 0))
 		default:
 			return len(msgs), lost, perr // the seed does not catch unclassified errors
 		}

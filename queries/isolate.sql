@@ -4,7 +4,7 @@
 -- and it rolls back, so attempts never rise and the row stays first in line
 -- for ever. These queries claim without the payload and read each claimed
 -- row's payload with its own statement, so one unreadable row can be told
--- apart and sent to dead (OutboxMarkDead) while its neighbours flow. The
+-- apart and sent to dead (OutboxFinalizeMany) while its neighbours flow. The
 -- recovery lane uses them too: a recovered message is read the same way.
 -- Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
 -- OutboxClaim does, so every later write is fenced the same way (on
@@ -45,13 +45,13 @@ RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 -- OutboxIsolateClaimOrdered claims up to @batch ordered heads without their
 -- payload: sequenced pending rows with no earlier (seq order: the commit
 -- order of the producing transactions) pending, processing or dead row of
--- the same aggregate — the head rule of OutboxClaimOrdered, written as a
--- plain NOT EXISTS: this is the fallback path, taken only after a claim
--- failed, so simplicity beats the loose index scan. The row must also be
--- flagged head (migration 00005), so that its done hands off to the next. As there, no horizon: a
--- row is sequenced only at its transaction's COMMIT, and a lower seq is
--- visible whenever a higher one is. The head is re-checked on the locked row
--- version.
+-- the same aggregate — the head rule, written as a plain NOT EXISTS: this
+-- is the fallback path, taken only after a claim failed, so simplicity beats
+-- an index walk. The row must also be flagged head (migration 00005), so
+-- that its done hands off to the next. As in OutboxClaimOrderedWindow, no
+-- horizon: a row is sequenced only at its transaction's COMMIT, and a lower
+-- seq is visible whenever a higher one is. The head is re-checked on the
+-- locked row version.
 -- Lock strategy: FOR UPDATE SKIP LOCKED on the heads, UPDATE by primary key.
 -- Index: outbox_ordered_head (aggregate_id, seq) for the NOT EXISTS probe.
 -- Order: by id. 0 rows: no claimable head right now.
@@ -134,7 +134,7 @@ RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 -- caller still holds the lease it claimed (lease_owner and lease_version, the
 -- token of finalize.sql). A data or resource error here
 -- (SQLSTATE class 22, 54, 53200) belongs to this row alone: the caller sends
--- it to dead with OutboxMarkDead, naming the SQLSTATE. An ordered row comes
+-- it to dead with OutboxFinalizeMany, naming the SQLSTATE. An ordered row comes
 -- with its position (seq, prev_seq, sent_seq; 0 for none), as the claims
 -- return it.
 -- Lock strategy: none (a plain read by primary key).

@@ -82,7 +82,7 @@ SELECT attempts, count(*) AS count
 -- OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 -- been delivered for longer than @stalled_after (database clock), with the
 -- size of the backlog waiting behind the head. The head is the lowest seq
--- (commit order), as in OutboxClaimOrdered. Oldest first.
+-- (commit order), as in OutboxClaimOrderedWindow. Oldest first.
 -- Index: outbox_ordered_head (undelivered ordered rows only).
 -- name: OutboxBlockedAggregates :many
 WITH undelivered AS (

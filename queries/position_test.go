@@ -22,7 +22,8 @@ type pos struct {
 	Seq, Prev, Sent int64
 }
 
-// drainPositions claims with OutboxClaimOrdered and finalizes done until
+// drainPositions claims with OutboxClaimOrderedWindow (from a fresh cursor
+// each time) and finalizes done until
 // nothing is claimable, and returns per aggregate the positions in the
 // order they were handed out; a claimed id in skip is sent to dead and
 // skipped instead of done.
@@ -31,9 +32,12 @@ func drainPositions(t *testing.T, b *bundle, skip map[int64]bool) map[string][]p
 	ctx := context.Background()
 	out := map[string][]pos{}
 	for {
-		rows, err := b.q.OutboxClaimOrdered(ctx, db.OutboxClaimOrderedParams{
-			Owner: "w", Batch: 50, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true,
-		})
+		snap, err := b.q.OutboxClaimSnapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := b.q.OutboxClaimOrderedWindow(ctx, db.OutboxClaimOrderedWindowParams{
+			Snapshot: "1:1:", Upper: snap.Snapshot, Batch: 50, Owner: "w", Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,8 +51,8 @@ func drainPositions(t *testing.T, b *bundle, skip map[int64]bool) map[string][]p
 				b.markDone(t, c)
 				continue
 			}
-			if n, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: "w", Error: "boom"}); err != nil || n != 1 {
-				t.Fatalf("mark dead %d: %d %v", r.ID, n, err)
+			if got, err := finalizeOne(ctx, b.q, c, "dead", 0, "boom", 0); err != nil || got != "dead" {
+				t.Fatalf("dead %d: %q %v", r.ID, got, err)
 			}
 			if n, err := b.q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: r.ID}); err != nil || n != 1 {
 				t.Fatalf("skip %d: %d %v", r.ID, n, err)

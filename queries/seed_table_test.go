@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/pgoutbox/pgoutbox/db"
 )
 
 // 4 workers claim 200 rows at the same time: 200 distinct ids, no duplicates.
@@ -356,7 +354,7 @@ func TestOrderedClaim_FourWorkersFinalizeInIDOrder(t *testing.T) {
 				}
 				for _, r := range rows {
 					mu.Lock() // finalize and record atomically, as the order witness
-					n, err := b.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: r.Owner})
+					n, err := markDoneOne(ctx, b.q, r)
 					if err == nil && n == 1 {
 						order = append(order, r.ID)
 					}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,23 +131,21 @@ func TestClaimOrderedWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t
 			w.afterTxid, w.afterID = got[len(got)-1][0], got[len(got)-1][1]
 		}
 		insertOrderedRows(t, b, 20, 1)
-		le := claimWork(t, worker.Conn(), func(q *db.Queries) {
-			_, _ = q.OutboxClaimOrdered(ctx, db.OutboxClaimOrderedParams{Owner: "legacy", Batch: 20, Lease: time.Minute, MaxAttempts: 10})
-		})
+		le := statementWork(t, worker.Conn(), strings.NewReplacer("'naive'", "'legacy'", "LIMIT 50", "LIMIT 20").Replace(naiveOrderedClaimSQL))
 		if got := b.finishProbe(t, "legacy"); len(got) != 20 {
-			t.Fatalf("round %d: OutboxClaimOrdered took %d heads, want 20", round, len(got))
+			t.Fatalf("round %d: the seed's ordered claim took %d heads, want 20", round, len(got))
 		}
 		// finishProbe marks done without the hand-off having anything to
 		// pass (each probe row is its aggregate's last), so the cursor stays
 		// exact.
 		processed += 40
 		series = append(series, work{processed, we, le})
-		t.Logf("after %5d ordered rows delivered under the held snapshot: one claim of 20 heads touches %4d buffers with OutboxClaimOrderedWindow, %5d with OutboxClaimOrdered",
+		t.Logf("after %5d ordered rows delivered under the held snapshot: one claim of 20 heads touches %4d buffers with OutboxClaimOrderedWindow, %5d with the seed's NOT EXISTS claim",
 			processed, we, le)
 	}
 	first, last := series[1], series[len(series)-1]
 	if last.legacy-first.legacy < (last.processed-first.processed)/100 {
-		t.Fatalf("OutboxClaimOrdered's work did not grow under the held snapshot (%d -> %d buffers): the test does not hold a horizon", first.legacy, last.legacy)
+		t.Fatalf("the seed's claim's work did not grow under the held snapshot (%d -> %d buffers): the test does not hold a horizon", first.legacy, last.legacy)
 	}
 	if last.window > first.window+first.window/4 {
 		t.Fatalf("OutboxClaimOrderedWindow's work grew with the rows delivered: %d buffers, then %d after %d rows",
@@ -237,15 +236,15 @@ func TestClaimOrderedWindow_HeadsUnderConcurrentProducersAndEveryOutcome(t *test
 		for _, r := range rows {
 			switch x := rng.IntN(10); {
 			case x < 6:
-				if _, err := b.q.OutboxMarkDone(ctx, db.OutboxMarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: w.owner}); err != nil {
+				if _, err := markDoneOne(ctx, b.q, claimed{ID: r.ID, LeaseVersion: r.LeaseVersion, Owner: w.owner}); err != nil {
 					t.Fatal(err)
 				}
 			case x < 8:
-				if _, err := b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: w.owner, Delay: time.Millisecond, Error: "retry"}); err != nil {
+				if _, err := finalizeOne(ctx, b.q, claimed{ID: r.ID, LeaseVersion: r.LeaseVersion, Owner: w.owner}, "retry", time.Millisecond, "retry", 0); err != nil {
 					t.Fatal(err)
 				}
 			default:
-				if _, err := b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: w.owner, Error: "dead"}); err != nil {
+				if _, err := finalizeOne(ctx, b.q, claimed{ID: r.ID, LeaseVersion: r.LeaseVersion, Owner: w.owner}, "dead", 0, "dead", 0); err != nil {
 					t.Fatal(err)
 				}
 				if x == 8 {

@@ -154,18 +154,25 @@ func claimWork(t *testing.T, conn *pgx.Conn, call func(q *db.Queries)) int64 {
 	if rec.sql == "" {
 		t.Fatal("the query method sent nothing")
 	}
+	return statementWork(t, conn, rec.sql, rec.args...)
+}
+
+// statementWork runs sql under EXPLAIN (ANALYZE, BUFFERS) on conn and
+// returns the buffers it touched.
+func statementWork(t *testing.T, conn *pgx.Conn, sql string, args ...any) int64 {
+	t.Helper()
 	var plan []struct {
 		Plan struct {
 			SharedHit  int64 `json:"Shared Hit Blocks"`
 			SharedRead int64 `json:"Shared Read Blocks"`
 		} `json:"Plan"`
 	}
-	if err := conn.QueryRow(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+rec.sql, rec.args...).Scan(&plan); err != nil {
+	if err := conn.QueryRow(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	if os.Getenv("PGOUTBOX_TEST_PLANS") != "" {
 		var text string
-		rows, err := conn.Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+rec.sql, rec.args...)
+		rows, err := conn.Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+sql, args...)
 		if err == nil {
 			for rows.Next() {
 				var line string
@@ -370,14 +377,16 @@ func TestClaimWindow_Lanes(t *testing.T) {
 				t.Fatalf("%d rows affected, want 1", n)
 			}
 		}
-		mustRows(b.q.OutboxReschedule(ctx, db.OutboxRescheduleParams{ID: seeded[0], LeaseVersion: lv[seeded[0]], LeaseOwner: w.owner, Delay: 300 * time.Millisecond, Error: "later"}))
-		if _, err := b.q.OutboxDefer(ctx, db.OutboxDeferParams{ID: seeded[1], LeaseVersion: lv[seeded[1]], LeaseOwner: w.owner, Delay: 0, Error: "busy", MaxAge: time.Hour}); err != nil {
-			t.Fatal(err)
+		fin := func(i int, outcome string, delay time.Duration, errText string) {
+			t.Helper()
+			mustRows(wrote(finalizeOne(ctx, b.q, claimed{ID: seeded[i], LeaseVersion: lv[seeded[i]], Owner: w.owner}, outcome, delay, errText, time.Hour)))
 		}
-		mustRows(b.q.OutboxReleaseMany(ctx, db.OutboxReleaseManyParams{Ids: []int64{seeded[2]}, LeaseVersions: []int64{lv[seeded[2]]}, LeaseOwners: []string{w.owner}}))
-		mustRows(b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: seeded[3], LeaseVersion: lv[seeded[3]], LeaseOwner: w.owner, Error: "bad"}))
+		fin(0, "retry", 300*time.Millisecond, "later")
+		fin(1, "defer", 0, "busy")
+		fin(2, "release", 0, "")
+		fin(3, "dead", 0, "bad")
 		mustRows(b.q.OutboxRedriveDead(ctx, seeded[3]))
-		mustRows(b.q.OutboxMarkDead(ctx, db.OutboxMarkDeadParams{ID: seeded[4], LeaseVersion: lv[seeded[4]], LeaseOwner: w.owner, Error: "bad"}))
+		fin(4, "dead", 0, "bad")
 		if _, err := b.pool.Exec(ctx, `UPDATE outbox SET status = 'pending' WHERE id = $1`, seeded[4]); err != nil {
 			t.Fatal(err)
 		}

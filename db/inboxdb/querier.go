@@ -131,10 +131,6 @@ type Querier interface {
 	// Returns inserted = true for a first delivery, false for a duplicate, and
 	// the record's status (for a duplicate, what the first delivery became).
 	InboxRecord(ctx context.Context, arg InboxRecordParams) (*InboxRecordRow, error)
-	// InboxSources lists the sources the inbox has records of, with how many.
-	// Access path: a scan of the primary key (for operators and pgoutbox
-	// verify, not the hot path).
-	InboxSources(ctx context.Context) ([]*InboxSourcesRow, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -139,38 +139,3 @@ func (q *Queries) InboxRecord(ctx context.Context, arg InboxRecordParams) (*Inbo
 	err := row.Scan(&i.Inserted, &i.Status)
 	return &i, err
 }
-
-const inboxSources = `-- name: InboxSources :many
-SELECT source, count(*)::bigint AS events
-  FROM inbox
- GROUP BY source
- ORDER BY source
-`
-
-type InboxSourcesRow struct {
-	Source string `json:"source"`
-	Events int64  `json:"events"`
-}
-
-// InboxSources lists the sources the inbox has records of, with how many.
-// Access path: a scan of the primary key (for operators and pgoutbox
-// verify, not the hot path).
-func (q *Queries) InboxSources(ctx context.Context) ([]*InboxSourcesRow, error) {
-	rows, err := q.db.Query(ctx, inboxSources)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*InboxSourcesRow
-	for rows.Next() {
-		var i InboxSourcesRow
-		if err := rows.Scan(&i.Source, &i.Events); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}

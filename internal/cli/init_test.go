@@ -303,9 +303,10 @@ func run() error {
 	}
 	var created time.Time = rows[0].CreatedAt
 	_ = created
-	done, err := q.BillingOutboxMarkDone(ctx, billingoutbox.BillingOutboxMarkDoneParams{ID: id, LeaseVersion: rows[0].LeaseVersion, LeaseOwner: "check"})
-	if err != nil || done != 1 {
-		return fmt.Errorf("mark done: %d %v", done, err)
+	done, err := q.BillingOutboxMarkDoneMany(ctx, billingoutbox.BillingOutboxMarkDoneManyParams{
+		Ids: []int64{id}, LeaseVersions: []int64{rows[0].LeaseVersion}, LeaseOwners: []string{"check"}})
+	if err != nil || len(done) != 1 {
+		return fmt.Errorf("mark done: %v %v", done, err)
 	}
 	counts, err := q.BillingOutboxCountByStatus(ctx)
 	if err != nil || len(counts) != 1 || counts[0].Status != "done" || counts[0].Count != 1 {
@@ -384,8 +385,12 @@ func run() error {
 	if err := otx.Commit(ctx); err != nil {
 		return fmt.Errorf("ordered commit: %w", err)
 	}
-	heads, err := q.BillingOutboxClaimOrdered(ctx, billingoutbox.BillingOutboxClaimOrderedParams{
-		Owner: "check", Batch: 10, Lease: lease, MaxAttempts: 3, RecoverExpired: true,
+	snap, err := q.BillingOutboxClaimSnapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("claim snapshot: %w", err)
+	}
+	heads, err := q.BillingOutboxClaimOrderedWindow(ctx, billingoutbox.BillingOutboxClaimOrderedWindowParams{
+		Snapshot: "1:1:", Upper: snap.Snapshot, Batch: 10, Owner: "check", Lease: lease,
 	})
 	if err != nil || len(heads) != 1 || heads[0].ID != first {
 		return fmt.Errorf("ordered claim returned %+v (%v), want the head %d", heads, err, first)

@@ -37,12 +37,3 @@ SELECT id, status, event_type, aggregate_id, seq, prev_seq, sent_seq, prior_seq,
    AND id > @after_id::text
  ORDER BY id
  LIMIT sqlc.arg('limit')::integer;
-
--- InboxSources lists the sources the inbox has records of, with how many.
--- Access path: a scan of the primary key (for operators and pgoutbox
--- verify, not the hot path).
--- name: InboxSources :many
-SELECT source, count(*)::bigint AS events
-  FROM inbox
- GROUP BY source
- ORDER BY source;
