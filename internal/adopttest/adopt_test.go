@@ -192,9 +192,10 @@ func main() {
 			panic(err)
 		}
 		for _, r := range rows {
-			n, err := q.{{CAMEL}}MarkDone(ctx, ob.{{CAMEL}}MarkDoneParams{ID: r.ID, LeaseVersion: r.LeaseVersion, LeaseOwner: "adopt-relay"})
-			if err != nil || n != 1 {
-				panic(fmt.Sprint("mark done: ", n, err))
+			done, err := q.{{CAMEL}}MarkDoneMany(ctx, ob.{{CAMEL}}MarkDoneManyParams{
+				Ids: []int64{r.ID}, LeaseVersions: []int64{r.LeaseVersion}, LeaseOwners: []string{"adopt-relay"}})
+			if err != nil || len(done) != 1 {
+				panic(fmt.Sprint("mark done: ", done, err))
 			}
 			fmt.Println("relayed", r.ID, r.EventType)
 		}
