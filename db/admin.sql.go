@@ -46,6 +46,8 @@ type OutboxListDeadRow struct {
 // OutboxListDead lists dead messages keyset-paged by id (pass the last id of
 // the previous page as @after_id, 0 for the first), optionally filtered.
 // Index: outbox_dead.
+// Lock strategy: none (a read; no row locks).
+// No rows: no dead message after @after_id (that matches the filters).
 func (q *Queries) OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]*OutboxListDeadRow, error) {
 	rows, err := q.db.Query(ctx, outboxListDead,
 		arg.AfterID,
@@ -112,6 +114,8 @@ SELECT pg_notify('outbox', '')
 
 // OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
 // Delivered at COMMIT when run inside a transaction.
+// Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
+// its notify lock at COMMIT). Always one row (discarded).
 func (q *Queries) OutboxNotify(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, outboxNotify)
 	return err
@@ -263,6 +267,7 @@ UPDATE outbox
 // available now. last_error keeps the history. Nothing here wakes
 // dispatchers: callers NOTIFY (OutboxNotify).
 // 0 rows: no such id, or it is not dead (nothing changed).
+// Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
 func (q *Queries) OutboxRedriveDead(ctx context.Context, id int64) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxRedriveDead, id)
 	if err != nil {
@@ -291,6 +296,7 @@ type OutboxSkipDeadParams struct {
 // does but never counts as delivered. last_error keeps why it died,
 // prefixed with the operator's reason.
 // 0 rows: no such id, or it is not dead (nothing changed).
+// Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
 func (q *Queries) OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxSkipDead, arg.Reason, arg.ID)
 	if err != nil {

@@ -37,6 +37,7 @@ type OutboxAttemptHistoryRow struct {
 // to, numbered over the message's whole life whatever outbox.attempts says
 // after a redrive. Index: the primary key (message_id, slot).
 // No rows: the message never failed (or is gone).
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxAttemptHistory(ctx context.Context, messageID int64) ([]*OutboxAttemptHistoryRow, error) {
 	rows, err := q.db.Query(ctx, outboxAttemptHistory, messageID)
 	if err != nil {

@@ -87,6 +87,8 @@ type OutboxConsoleBlockedRow struct {
 // producers, decided by the dispatcher within ReapInterval) are not listed.
 // Index: outbox_ordered_dead_head, outbox_ordered_txid, outbox_leased, then
 // outbox_ordered_head and the primary key for at most @max_rows aggregates.
+// Lock strategy: none (a read; no row locks).
+// No rows: no aggregate is blocked.
 func (q *Queries) OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]*OutboxConsoleBlockedRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleBlocked, arg.MaxRows, arg.StalledAfter)
 	if err != nil {
@@ -146,6 +148,7 @@ type OutboxConsoleBlockedCountParams struct {
 // Index: outbox_ordered_dead_head alone (00007), outbox_ordered_txid and
 // outbox_leased (one table row per live head): the heads, never the rows
 // queued behind them.
+// Lock strategy: none (a read; no row locks). Always one row (0: none blocked).
 func (q *Queries) OutboxConsoleBlockedCount(ctx context.Context, arg OutboxConsoleBlockedCountParams) (int64, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleBlockedCount, arg.Cap, arg.StalledAfter)
 	var blocked int64
@@ -206,6 +209,8 @@ type OutboxConsoleDeadRow struct {
 // migration 00006); only the @page_rows rows shown are read from the table.
 // Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
 // primary key for at most @page_rows rows.
+// Lock strategy: none (a read; no row locks).
+// No rows: no dead message in the window that matches.
 func (q *Queries) OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]*OutboxConsoleDeadRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDead,
 		arg.BeforeID,
@@ -276,6 +281,8 @@ type OutboxConsoleDeadIDsParams struct {
 // confirmation of a bulk action over a filter lists, and the action then
 // changes exactly those ids.
 // Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
+// Lock strategy: none (a read; no row locks).
+// No rows: no more matching dead message up to @max_id.
 func (q *Queries) OutboxConsoleDeadIDs(ctx context.Context, arg OutboxConsoleDeadIDsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDeadIDs,
 		arg.AfterID,
@@ -345,6 +352,7 @@ type OutboxConsoleDeadMatchingRow struct {
 // Index: outbox_dead alone (the filter columns are INCLUDE columns,
 // migration 00006): every dead entry of the id range is read, at most @cap
 // of them matching; the dead list is the working set, not the done rows.
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (*OutboxConsoleDeadMatchingRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleDeadMatching,
 		arg.MinID,
@@ -386,6 +394,7 @@ type OutboxConsoleDeadWindowRow struct {
 // OutboxConsoleDeadWindow: where OutboxConsoleDead's window ended (lowest
 // id, and how many dead ids it held). 0, 0: no dead row in the range.
 // Index: outbox_dead (index-only backward range scan).
+// Lock strategy: none (a read; no row locks). Always one row.
 func (q *Queries) OutboxConsoleDeadWindow(ctx context.Context, arg OutboxConsoleDeadWindowParams) (*OutboxConsoleDeadWindowRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleDeadWindow, arg.BeforeID, arg.MinID, arg.ScanRows)
 	var i OutboxConsoleDeadWindowRow
@@ -464,6 +473,7 @@ type OutboxConsoleDeliveredPerMinuteRow struct {
 // Index: outbox_delivered_pkey (minute, backend); outbox_finished (its
 // done part, in done_at order, INCLUDE created_at; migration 00017) for the
 // sample.
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxConsoleDeliveredPerMinute(ctx context.Context, arg OutboxConsoleDeliveredPerMinuteParams) ([]*OutboxConsoleDeliveredPerMinuteRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleDeliveredPerMinute, arg.LatencySample, arg.Minutes)
 	if err != nil {
@@ -544,6 +554,7 @@ type OutboxConsoleIDRangeRow struct {
 // first row at or after the middle id. About log2(rows) probes each, 24 for
 // 10 million rows, 3-4 index pages per probe.
 // Index: the primary key (point probes only).
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (*OutboxConsoleIDRangeRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleIDRange, arg.CreatedFrom, arg.CreatedTo)
 	var i OutboxConsoleIDRangeRow
@@ -582,6 +593,7 @@ type OutboxConsoleMessageRow struct {
 // OutboxConsoleMessage: one message with everything the detail page shows.
 // No row: no such id (purged, or never existed).
 // Index: the primary key.
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxConsoleMessage(ctx context.Context, id int64) (*OutboxConsoleMessageRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleMessage, id)
 	var i OutboxConsoleMessageRow
@@ -662,6 +674,8 @@ type OutboxConsoleMessagesRow struct {
 // window ended and the next page continues from there. So a page reads at
 // most @scan_rows rows whatever the filters.
 // Index: the primary key (backward range scan, bounded by @scan_rows).
+// Lock strategy: none (a read; no row locks).
+// No rows: nothing in the window that matches (see OutboxConsoleScanWindow).
 func (q *Queries) OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]*OutboxConsoleMessagesRow, error) {
 	rows, err := q.db.Query(ctx, outboxConsoleMessages,
 		arg.BeforeID,
@@ -712,6 +726,7 @@ SELECT now()::timestamptz AS now
 
 // OutboxConsoleNow: the database clock, which every age on the pages uses.
 // No table read.
+// Lock strategy: none (a read; no row locks). Always one row.
 func (q *Queries) OutboxConsoleNow(ctx context.Context) (time.Time, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleNow)
 	var now time.Time
@@ -817,6 +832,7 @@ type OutboxConsoleScanWindowRow struct {
 // and how many ids the window held (fewer than @scan_rows: the range is
 // exhausted). 0, 0: nothing in the range.
 // Index: the primary key (index-only backward range scan).
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsoleScanWindowParams) (*OutboxConsoleScanWindowRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleScanWindow, arg.BeforeID, arg.MinID, arg.ScanRows)
 	var i OutboxConsoleScanWindowRow
@@ -979,6 +995,7 @@ type OutboxConsoleStatusCountsRow struct {
 // skipped part for the skipped count, at most @cap entries, and its done
 // part for the done count, at most @done_cap entries, index only where
 // the visibility map allows).
+// Lock strategy: none (a read; no row locks). Always one row.
 func (q *Queries) OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error) {
 	row := q.db.QueryRow(ctx, outboxConsoleStatusCounts, arg.Cap, arg.DoneCap, arg.LowestIds)
 	var i OutboxConsoleStatusCountsRow

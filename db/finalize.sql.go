@@ -149,6 +149,9 @@ type OutboxFinalizeManyRow struct {
 // Returns the ids written and, in the same order, the status each got
 // ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
 // empty arrays when nothing was written.
+// Lock strategy: the aggregate locks of the ordered rows that become done
+// first (in key order), then one UPDATE by primary key per id, and
+// outbox_attempts upserted by its primary key.
 func (q *Queries) OutboxFinalizeMany(ctx context.Context, arg OutboxFinalizeManyParams) (*OutboxFinalizeManyRow, error) {
 	row := q.db.QueryRow(ctx, outboxFinalizeMany,
 		arg.Ids,
@@ -258,6 +261,8 @@ type OutboxMarkDoneManyParams struct {
 // Returns the ids actually finalized, as one array (one row to send and
 // decode instead of one per message); an id missing
 // from it lost its lease. Never NULL: empty when none was finalized.
+// Lock strategy: the ordered rows' aggregate locks first (handoff_locks,
+// pg_advisory_xact_lock in key order), then one UPDATE by primary key per id.
 func (q *Queries) OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error) {
 	row := q.db.QueryRow(ctx, outboxMarkDoneMany,
 		arg.Ids,

@@ -26,6 +26,8 @@ type OutboxAttemptsHistogramRow struct {
 
 // OutboxAttemptsHistogram: attempts distribution of undelivered messages
 // (retries piling up).
+// Lock strategy: none (a read; no row locks).
+// No rows: nothing undelivered.
 func (q *Queries) OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error) {
 	rows, err := q.db.Query(ctx, outboxAttemptsHistogram)
 	if err != nil {
@@ -97,6 +99,8 @@ type OutboxBlockedAggregatesRow struct {
 // size of the backlog waiting behind the head. The head is the lowest seq
 // (commit order), as in OutboxClaimOrderedWindow. Oldest first.
 // Index: outbox_ordered_head (undelivered ordered rows only).
+// Lock strategy: none (a read; no row locks).
+// No rows: no aggregate is blocked or stalled.
 func (q *Queries) OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]*OutboxBlockedAggregatesRow, error) {
 	rows, err := q.db.Query(ctx, outboxBlockedAggregates, arg.StalledAfter, arg.MaxRows)
 	if err != nil {
@@ -143,6 +147,7 @@ type OutboxCountByStatusRow struct {
 // blocked aggregates; read-only, no locks taken.
 // OutboxCountByStatus: queue depth by status.
 // Scans the table (done rows included); run it at monitoring intervals.
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error) {
 	rows, err := q.db.Query(ctx, outboxCountByStatus)
 	if err != nil {
@@ -173,6 +178,7 @@ SELECT count(*) AS expired_leases
 // OutboxExpiredLeases: processing rows past their lease (crashed workers, or
 // leases too short for the publish time).
 // Index: outbox_leased.
+// Lock strategy: none (a read; no row locks). Always one row (0: no expired lease).
 func (q *Queries) OutboxExpiredLeases(ctx context.Context) (int64, error) {
 	row := q.db.QueryRow(ctx, outboxExpiredLeases)
 	var expired_leases int64
@@ -202,6 +208,7 @@ SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldes
 // 'processing')) gives the same answer: the ordered branch says seq IS NOT
 // NULL so outbox_ordered_head serves it, and an unsequenced ordered row is an
 // uncommitted one (invisible here).
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxOldestPendingAge(ctx context.Context) (float64, error) {
 	row := q.db.QueryRow(ctx, outboxOldestPendingAge)
 	var oldest_age_seconds float64
@@ -245,6 +252,7 @@ type OutboxOrderedCommitWaitsRow struct {
 // through to_jsonb so that the statement also parses on 13, which has no such
 // column); on 13, at the waiting statement's start (the COMMIT), where this
 // role may see the waiter's pg_stat_activity row, else 0.
+// Lock strategy: none (reads pg_locks). Always one row.
 func (q *Queries) OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error) {
 	row := q.db.QueryRow(ctx, outboxOrderedCommitWaits)
 	var i OutboxOrderedCommitWaitsRow
@@ -292,6 +300,7 @@ type OutboxQueueDepthRow struct {
 // (processing), outbox_dead (dead), outbox_finished (skipped, at most
 // 10,000 entries; done, at most 10,000 entries: each status is its own
 // range of the index). A skipped message is never counted as done.
+// Lock strategy: none (a read; no row locks). Always one row.
 func (q *Queries) OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error) {
 	row := q.db.QueryRow(ctx, outboxQueueDepth)
 	var i OutboxQueueDepthRow

@@ -19,15 +19,20 @@ type Querier interface {
 	// to, numbered over the message's whole life whatever outbox.attempts says
 	// after a redrive. Index: the primary key (message_id, slot).
 	// No rows: the message never failed (or is gone).
+	// Lock strategy: none (a read; no row locks).
 	OutboxAttemptHistory(ctx context.Context, messageID int64) ([]*OutboxAttemptHistoryRow, error)
 	// OutboxAttemptsHistogram: attempts distribution of undelivered messages
 	// (retries piling up).
+	// Lock strategy: none (a read; no row locks).
+	// No rows: nothing undelivered.
 	OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error)
 	// OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 	// been delivered for longer than @stalled_after (database clock), with the
 	// size of the backlog waiting behind the head. The head is the lowest seq
 	// (commit order), as in OutboxClaimOrderedWindow. Oldest first.
 	// Index: outbox_ordered_head (undelivered ordered rows only).
+	// Lock strategy: none (a read; no row locks).
+	// No rows: no aggregate is blocked or stalled.
 	OutboxBlockedAggregates(ctx context.Context, arg OutboxBlockedAggregatesParams) ([]*OutboxBlockedAggregatesRow, error)
 	// The start check of the dispatcher and of every pgoutbox command: is the
 	// outbox table there as the queries need it? It reads only the catalogs, so
@@ -302,6 +307,8 @@ type Querier interface {
 	// producers, decided by the dispatcher within ReapInterval) are not listed.
 	// Index: outbox_ordered_dead_head, outbox_ordered_txid, outbox_leased, then
 	// outbox_ordered_head and the primary key for at most @max_rows aggregates.
+	// Lock strategy: none (a read; no row locks).
+	// No rows: no aggregate is blocked.
 	OutboxConsoleBlocked(ctx context.Context, arg OutboxConsoleBlockedParams) ([]*OutboxConsoleBlockedRow, error)
 	// OutboxConsoleBlockedCount: how many ordered aggregates are blocked (as in
 	// OutboxConsoleBlocked: a dead head, or a live head older than
@@ -309,6 +316,7 @@ type Querier interface {
 	// Index: outbox_ordered_dead_head alone (00007), outbox_ordered_txid and
 	// outbox_leased (one table row per live head): the heads, never the rows
 	// queued behind them.
+	// Lock strategy: none (a read; no row locks). Always one row (0: none blocked).
 	OutboxConsoleBlockedCount(ctx context.Context, arg OutboxConsoleBlockedCountParams) (int64, error)
 	// OutboxConsoleDead: one page of dead messages, newest first, keyset-paged
 	// by id (@min_id <= id < @before_id), filtered within a window of the
@@ -318,12 +326,16 @@ type Querier interface {
 	// migration 00006); only the @page_rows rows shown are read from the table.
 	// Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
 	// primary key for at most @page_rows rows.
+	// Lock strategy: none (a read; no row locks).
+	// No rows: no dead message in the window that matches.
 	OutboxConsoleDead(ctx context.Context, arg OutboxConsoleDeadParams) ([]*OutboxConsoleDeadRow, error)
 	// OutboxConsoleDeadIDs: the next @max_rows ids of dead messages matching
 	// the filter with @after_id < id <= @max_id, ascending: the set a
 	// confirmation of a bulk action over a filter lists, and the action then
 	// changes exactly those ids.
 	// Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
+	// Lock strategy: none (a read; no row locks).
+	// No rows: no more matching dead message up to @max_id.
 	OutboxConsoleDeadIDs(ctx context.Context, arg OutboxConsoleDeadIDsParams) ([]int64, error)
 	// OutboxConsoleDeadMatching: for "all dead messages matching this filter":
 	// how many dead messages with @min_id <= id <= @max_id match (stopping at
@@ -333,10 +345,12 @@ type Querier interface {
 	// Index: outbox_dead alone (the filter columns are INCLUDE columns,
 	// migration 00006): every dead entry of the id range is read, at most @cap
 	// of them matching; the dead list is the working set, not the done rows.
+	// Lock strategy: none (a read; no row locks).
 	OutboxConsoleDeadMatching(ctx context.Context, arg OutboxConsoleDeadMatchingParams) (*OutboxConsoleDeadMatchingRow, error)
 	// OutboxConsoleDeadWindow: where OutboxConsoleDead's window ended (lowest
 	// id, and how many dead ids it held). 0, 0: no dead row in the range.
 	// Index: outbox_dead (index-only backward range scan).
+	// Lock strategy: none (a read; no row locks). Always one row.
 	OutboxConsoleDeadWindow(ctx context.Context, arg OutboxConsoleDeadWindowParams) (*OutboxConsoleDeadWindowRow, error)
 	// OutboxConsoleDeliveredPerMinute: deliveries of the last @minutes minutes,
 	// one row per minute (oldest first; the last row is the current, partial
@@ -365,6 +379,7 @@ type Querier interface {
 	// Index: outbox_delivered_pkey (minute, backend); outbox_finished (its
 	// done part, in done_at order, INCLUDE created_at; migration 00017) for the
 	// sample.
+	// Lock strategy: none (a read; no row locks).
 	OutboxConsoleDeliveredPerMinute(ctx context.Context, arg OutboxConsoleDeliveredPerMinuteParams) ([]*OutboxConsoleDeliveredPerMinuteRow, error)
 	// OutboxConsoleIDRange: a time range as a range of ids, [min_id, before_id),
 	// in one round trip: min_id is the first id created at or after
@@ -378,10 +393,12 @@ type Querier interface {
 	// first row at or after the middle id. About log2(rows) probes each, 24 for
 	// 10 million rows, 3-4 index pages per probe.
 	// Index: the primary key (point probes only).
+	// Lock strategy: none (a read; no row locks).
 	OutboxConsoleIDRange(ctx context.Context, arg OutboxConsoleIDRangeParams) (*OutboxConsoleIDRangeRow, error)
 	// OutboxConsoleMessage: one message with everything the detail page shows.
 	// No row: no such id (purged, or never existed).
 	// Index: the primary key.
+	// Lock strategy: none (a read; no row locks).
 	OutboxConsoleMessage(ctx context.Context, id int64) (*OutboxConsoleMessageRow, error)
 	// OutboxConsoleMessages: one page of messages, newest first, keyset-paged
 	// by id: rows with @min_id <= id < @before_id, filtered, at most @page_rows.
@@ -390,9 +407,12 @@ type Querier interface {
 	// window ended and the next page continues from there. So a page reads at
 	// most @scan_rows rows whatever the filters.
 	// Index: the primary key (backward range scan, bounded by @scan_rows).
+	// Lock strategy: none (a read; no row locks).
+	// No rows: nothing in the window that matches (see OutboxConsoleScanWindow).
 	OutboxConsoleMessages(ctx context.Context, arg OutboxConsoleMessagesParams) ([]*OutboxConsoleMessagesRow, error)
 	// OutboxConsoleNow: the database clock, which every age on the pages uses.
 	// No table read.
+	// Lock strategy: none (a read; no row locks). Always one row.
 	OutboxConsoleNow(ctx context.Context) (time.Time, error)
 	// OutboxConsoleRedriveDeadMany redrives dead messages, as OutboxRedriveDead
 	// does one: pending, attempts 0, available now; last_error keeps the
@@ -413,6 +433,7 @@ type Querier interface {
 	// and how many ids the window held (fewer than @scan_rows: the range is
 	// exhausted). 0, 0: nothing in the range.
 	// Index: the primary key (index-only backward range scan).
+	// Lock strategy: none (a read; no row locks).
 	OutboxConsoleScanWindow(ctx context.Context, arg OutboxConsoleScanWindowParams) (*OutboxConsoleScanWindowRow, error)
 	// OutboxConsoleSkipDeadMany resolves dead messages without delivering them,
 	// as OutboxSkipDead does one: skipped now, last_error prefixed with the
@@ -471,11 +492,13 @@ type Querier interface {
 	// skipped part for the skipped count, at most @cap entries, and its done
 	// part for the done count, at most @done_cap entries, index only where
 	// the visibility map allows).
+	// Lock strategy: none (a read; no row locks). Always one row.
 	OutboxConsoleStatusCounts(ctx context.Context, arg OutboxConsoleStatusCountsParams) (*OutboxConsoleStatusCountsRow, error)
 	// Monitoring: queue depth, oldest pending age, expired leases, attempts and
 	// blocked aggregates; read-only, no locks taken.
 	// OutboxCountByStatus: queue depth by status.
 	// Scans the table (done rows included); run it at monitoring intervals.
+	// Lock strategy: none (a read; no row locks).
 	OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error)
 	// OutboxDeadTuples: what the outbox table carries that vacuum has not
 	// removed yet, from the statistics collector (approximate, updated as
@@ -521,6 +544,7 @@ type Querier interface {
 	// OutboxExpiredLeases: processing rows past their lease (crashed workers, or
 	// leases too short for the publish time).
 	// Index: outbox_leased.
+	// Lock strategy: none (a read; no row locks). Always one row (0: no expired lease).
 	OutboxExpiredLeases(ctx context.Context) (int64, error)
 	// OutboxExtendLease is the fenced heartbeat of a long publish:
 	// lease_until = now() + @lease, only while the caller still owns the lease
@@ -567,6 +591,9 @@ type Querier interface {
 	// Returns the ids written and, in the same order, the status each got
 	// ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
 	// empty arrays when nothing was written.
+	// Lock strategy: the aggregate locks of the ordered rows that become done
+	// first (in key order), then one UPDATE by primary key per id, and
+	// outbox_attempts upserted by its primary key.
 	OutboxFinalizeMany(ctx context.Context, arg OutboxFinalizeManyParams) (*OutboxFinalizeManyRow, error)
 	// OutboxGooseVersionTables lists the tables shaped like goose's version
 	// table (version_id, is_applied, tstamp) in this database, schema-qualified:
@@ -654,6 +681,8 @@ type Querier interface {
 	// OutboxListDead lists dead messages keyset-paged by id (pass the last id of
 	// the previous page as @after_id, 0 for the first), optionally filtered.
 	// Index: outbox_dead.
+	// Lock strategy: none (a read; no row locks).
+	// No rows: no dead message after @after_id (that matches the filters).
 	OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]*OutboxListDeadRow, error)
 	// OutboxLockAggregatesOfIds takes the advisory locks of the aggregates of
 	// the ordered rows among @ids, all at once and in key order
@@ -704,9 +733,13 @@ type Querier interface {
 	// Returns the ids actually finalized, as one array (one row to send and
 	// decode instead of one per message); an id missing
 	// from it lost its lease. Never NULL: empty when none was finalized.
+	// Lock strategy: the ordered rows' aggregate locks first (handoff_locks,
+	// pg_advisory_xact_lock in key order), then one UPDATE by primary key per id.
 	OutboxMarkDoneMany(ctx context.Context, arg OutboxMarkDoneManyParams) ([]int64, error)
 	// OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
 	// Delivered at COMMIT when run inside a transaction.
+	// Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
+	// its notify lock at COMMIT). Always one row (discarded).
 	OutboxNotify(ctx context.Context) error
 	// OutboxOldestPendingAge: age in seconds of the oldest undelivered message
 	// (pending or processing), on the database clock; 0 when there is none. The
@@ -719,6 +752,7 @@ type Querier interface {
 	// 'processing')) gives the same answer: the ordered branch says seq IS NOT
 	// NULL so outbox_ordered_head serves it, and an unsequenced ordered row is an
 	// uncommitted one (invisible here).
+	// Lock strategy: none (a read; no row locks).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
 	// OutboxOrderedCommitWaits: producers whose COMMIT is waiting for another
 	// transaction of the same aggregate to finish committing (the per-aggregate
@@ -739,6 +773,7 @@ type Querier interface {
 	// through to_jsonb so that the statement also parses on 13, which has no such
 	// column); on 13, at the waiting statement's start (the COMMIT), where this
 	// role may see the waiter's pg_stat_activity row, else 0.
+	// Lock strategy: none (reads pg_locks). Always one row.
 	OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error)
 	// OutboxPortability counts, up to @cap each, what the queries above would
 	// repair: ordered rows never sequenced, pending rows and heads with a txid
@@ -746,6 +781,7 @@ type Querier interface {
 	// Lock strategy: none.
 	// Indexes: outbox_ordered_unresolved, outbox_pending_txid,
 	// outbox_ordered_txid, the primary key.
+	// Always one row (all 0: nothing to repair).
 	OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error)
 	// OutboxPurgeDone deletes at most @limit done rows older than @older_than
 	// (done_at, database clock), oldest first. Bounded so each call is a short
@@ -794,6 +830,7 @@ type Querier interface {
 	// (processing), outbox_dead (dead), outbox_finished (skipped, at most
 	// 10,000 entries; done, at most 10,000 entries: each status is its own
 	// range of the index). A skipped message is never counted as done.
+	// Lock strategy: none (a read; no row locks). Always one row.
 	OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error)
 	// OutboxReap buries messages whose worker keeps dying: processing rows whose
 	// lease expired with every attempt spent go to dead. A poison message never
@@ -842,6 +879,7 @@ type Querier interface {
 	// available now. last_error keeps the history. Nothing here wakes
 	// dispatchers: callers NOTIFY (OutboxNotify).
 	// 0 rows: no such id, or it is not dead (nothing changed).
+	// Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
 	OutboxRedriveDead(ctx context.Context, id int64) (int64, error)
 	// Relays (migration 00012): each relay process records itself in
 	// outbox_relays at a low rate (Config.RelayInterval), never on the
@@ -979,6 +1017,7 @@ type Querier interface {
 	// does but never counts as delivered. last_error keeps why it died,
 	// prefixed with the operator's reason.
 	// 0 rows: no such id, or it is not dead (nothing changed).
+	// Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
 	OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error)
 	// OutboxTableLocked reports whether another session holds, or waits for, a
 	// lock on the outbox table that conflicts with the ROW EXCLUSIVE lock every
@@ -988,6 +1027,7 @@ type Querier interface {
 	// was once the lock is gone; any other timed-out claim is isolated.
 	// Lock strategy: none (pg_locks is the lock manager's memory; the regclass
 	// cast takes no lock).
+	// Always one row.
 	OutboxTableLocked(ctx context.Context) (bool, error)
 	// What pgoutbox verify compares with what a consumer received.
 	// OutboxVerifyRows lists the outbox's rows keyset-paged by id (pass the
@@ -997,6 +1037,7 @@ type Querier interface {
 	// dead message an operator skipped).
 	// Index: the primary key. Not for the hot path: it reads every row.
 	// 0 rows: nothing more.
+	// Lock strategy: none (a read; no row locks).
 	OutboxVerifyRows(ctx context.Context, arg OutboxVerifyRowsParams) ([]*OutboxVerifyRowsRow, error)
 	// OutboxWake wakes an idle relay for rows this transaction inserted some
 	// other way: after OutboxEnqueueMany (COPY), or after an INSERT of your own.
@@ -1017,12 +1058,14 @@ type Querier interface {
 	// level; it waits as long as the session's lock_timeout allows (a
 	// long producer transaction, a prepared one until COMMIT PREPARED, or
 	// another relay waiting idle).
+	// Always one row (discarded); an error when lock_timeout runs out.
 	OutboxWakeAwaitIdle(ctx context.Context) error
 	// OutboxWakeBusy gives the idle lock up: this relay claims back to back, so
 	// producers need not wake it.
 	// Lock strategy: releases the session's exclusive hold of (table oid,
 	// 1869968485).
 	// false: the session did not hold it (PostgreSQL also logs a warning).
+	// Always one row.
 	OutboxWakeBusy(ctx context.Context) (bool, error)
 	// The relay's side of the producers' wake-up (migration 00015). A
 	// producer's transaction queues a NOTIFY only while a relay holds the idle
@@ -1039,6 +1082,7 @@ type Querier interface {
 	// held false: not taken; with other_relay false, producers' transactions
 	// that began while no relay waited are still open (each holds the lock
 	// shared until it ends): call OutboxWakeAwaitIdle, or try again later.
+	// Always one row.
 	OutboxWakeIdle(ctx context.Context) (*OutboxWakeIdleRow, error)
 	// OutboxWakeSession prepares the LISTEN connection for the locks above: a
 	// lock_timeout that bounds OutboxWakeAwaitIdle's wait (session-level; the

@@ -36,6 +36,7 @@ type OutboxPortabilityRow struct {
 // Lock strategy: none.
 // Indexes: outbox_ordered_unresolved, outbox_pending_txid,
 // outbox_ordered_txid, the primary key.
+// Always one row (all 0: nothing to repair).
 func (q *Queries) OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error) {
 	row := q.db.QueryRow(ctx, outboxPortability, cap)
 	var i OutboxPortabilityRow

@@ -41,6 +41,7 @@ type OutboxVerifyRowsRow struct {
 // dead message an operator skipped).
 // Index: the primary key. Not for the hot path: it reads every row.
 // 0 rows: nothing more.
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) OutboxVerifyRows(ctx context.Context, arg OutboxVerifyRowsParams) ([]*OutboxVerifyRowsRow, error) {
 	rows, err := q.db.Query(ctx, outboxVerifyRows, arg.AfterID, arg.Limit)
 	if err != nil {

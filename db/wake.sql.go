@@ -22,6 +22,7 @@ SELECT pg_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485)
 // level; it waits as long as the session's lock_timeout allows (a
 // long producer transaction, a prepared one until COMMIT PREPARED, or
 // another relay waiting idle).
+// Always one row (discarded); an error when lock_timeout runs out.
 func (q *Queries) OutboxWakeAwaitIdle(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, outboxWakeAwaitIdle)
 	return err
@@ -36,6 +37,7 @@ SELECT pg_advisory_unlock(('outbox'::regclass)::oid::integer, 1869968485) AS rel
 // Lock strategy: releases the session's exclusive hold of (table oid,
 // 1869968485).
 // false: the session did not hold it (PostgreSQL also logs a warning).
+// Always one row.
 func (q *Queries) OutboxWakeBusy(ctx context.Context) (bool, error) {
 	row := q.db.QueryRow(ctx, outboxWakeBusy)
 	var released bool
@@ -75,6 +77,7 @@ type OutboxWakeIdleRow struct {
 // held false: not taken; with other_relay false, producers' transactions
 // that began while no relay waited are still open (each holds the lock
 // shared until it ends): call OutboxWakeAwaitIdle, or try again later.
+// Always one row.
 func (q *Queries) OutboxWakeIdle(ctx context.Context) (*OutboxWakeIdleRow, error) {
 	row := q.db.QueryRow(ctx, outboxWakeIdle)
 	var i OutboxWakeIdleRow

@@ -820,6 +820,7 @@ SELECT EXISTS (
 // was once the lock is gone; any other timed-out claim is isolated.
 // Lock strategy: none (pg_locks is the lock manager's memory; the regclass
 // cast takes no lock).
+// Always one row.
 func (q *Queries) OutboxTableLocked(ctx context.Context) (bool, error) {
 	row := q.db.QueryRow(ctx, outboxTableLocked)
 	var locked bool

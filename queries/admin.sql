@@ -3,6 +3,8 @@
 -- OutboxListDead lists dead messages keyset-paged by id (pass the last id of
 -- the previous page as @after_id, 0 for the first), optionally filtered.
 -- Index: outbox_dead.
+-- Lock strategy: none (a read; no row locks).
+-- No rows: no dead message after @after_id (that matches the filters).
 -- name: OutboxListDead :many
 SELECT id, aggregate_type, aggregate_id, event_type, attempts, last_error, created_at, ordered
   FROM outbox
@@ -18,6 +20,7 @@ SELECT id, aggregate_type, aggregate_id, event_type, attempts, last_error, creat
 -- available now. last_error keeps the history. Nothing here wakes
 -- dispatchers: callers NOTIFY (OutboxNotify).
 -- 0 rows: no such id, or it is not dead (nothing changed).
+-- Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
 -- name: OutboxRedriveDead :execrows
 UPDATE outbox
    SET status       = 'pending',
@@ -32,6 +35,7 @@ UPDATE outbox
 -- does but never counts as delivered. last_error keeps why it died,
 -- prefixed with the operator's reason.
 -- 0 rows: no such id, or it is not dead (nothing changed).
+-- Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
 -- name: OutboxSkipDead :execrows
 UPDATE outbox
    SET status     = 'skipped',
@@ -146,5 +150,7 @@ SELECT g.id FROM gone AS g ORDER BY g.id;
 
 -- OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
 -- Delivered at COMMIT when run inside a transaction.
+-- Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
+-- its notify lock at COMMIT). Always one row (discarded).
 -- name: OutboxNotify :exec
 SELECT pg_notify('outbox', '');

@@ -8,6 +8,7 @@
 -- to, numbered over the message's whole life whatever outbox.attempts says
 -- after a redrive. Index: the primary key (message_id, slot).
 -- No rows: the message never failed (or is gone).
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxAttemptHistory :many
 SELECT n, at, kind, attempt, actor, error, answer
   FROM outbox_attempts

@@ -49,6 +49,7 @@
 -- skipped part for the skipped count, at most @cap entries, and its done
 -- part for the done count, at most @done_cap entries, index only where
 -- the visibility map allows).
+-- Lock strategy: none (a read; no row locks). Always one row.
 -- name: OutboxConsoleStatusCounts :one
 WITH unordered AS (
     SELECT count(*) AS n
@@ -109,6 +110,7 @@ SELECT ((SELECT n FROM unordered) + (SELECT n FROM ordered))::bigint AS pending,
 -- Index: outbox_delivered_pkey (minute, backend); outbox_finished (its
 -- done part, in done_at order, INCLUDE created_at; migration 00017) for the
 -- sample.
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxConsoleDeliveredPerMinute :many
 WITH b AS (
     SELECT date_trunc('minute', now()) - make_interval(mins => n) AS minute
@@ -140,6 +142,7 @@ SELECT b.minute::timestamptz AS minute,
 
 -- OutboxConsoleNow: the database clock, which every age on the pages uses.
 -- No table read.
+-- Lock strategy: none (a read; no row locks). Always one row.
 -- name: OutboxConsoleNow :one
 SELECT now()::timestamptz AS now;
 
@@ -155,6 +158,7 @@ SELECT now()::timestamptz AS now;
 -- first row at or after the middle id. About log2(rows) probes each, 24 for
 -- 10 million rows, 3-4 index pages per probe.
 -- Index: the primary key (point probes only).
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxConsoleIDRange :one
 WITH RECURSIVE bounds AS (
     SELECT coalesce((SELECT id FROM outbox ORDER BY id LIMIT 1), 0)::bigint AS low,
@@ -192,6 +196,8 @@ SELECT coalesce((SELECT s.lo FROM search AS s WHERE s.bound = 'from' AND s.lo >=
 -- window ended and the next page continues from there. So a page reads at
 -- most @scan_rows rows whatever the filters.
 -- Index: the primary key (backward range scan, bounded by @scan_rows).
+-- Lock strategy: none (a read; no row locks).
+-- No rows: nothing in the window that matches (see OutboxConsoleScanWindow).
 -- name: OutboxConsoleMessages :many
 SELECT w.id, w.aggregate_type, w.aggregate_id, w.event_type, w.status, w.attempts,
        w.created_at, w.available_at, w.done_at, w.ordered, w.lease_owner, w.last_error
@@ -216,6 +222,7 @@ SELECT w.id, w.aggregate_type, w.aggregate_id, w.event_type, w.status, w.attempt
 -- and how many ids the window held (fewer than @scan_rows: the range is
 -- exhausted). 0, 0: nothing in the range.
 -- Index: the primary key (index-only backward range scan).
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxConsoleScanWindow :one
 SELECT coalesce(min(w.id), 0)::bigint AS lowest_id, count(*) AS scanned
   FROM (SELECT o.id
@@ -228,6 +235,7 @@ SELECT coalesce(min(w.id), 0)::bigint AS lowest_id, count(*) AS scanned
 -- OutboxConsoleMessage: one message with everything the detail page shows.
 -- No row: no such id (purged, or never existed).
 -- Index: the primary key.
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxConsoleMessage :one
 SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, status, attempts,
        last_error, lease_owner, lease_until, lease_version, created_at, available_at,
@@ -243,6 +251,8 @@ SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, status, a
 -- migration 00006); only the @page_rows rows shown are read from the table.
 -- Index: outbox_dead (backward range scan, bounded by @scan_rows), then the
 -- primary key for at most @page_rows rows.
+-- Lock strategy: none (a read; no row locks).
+-- No rows: no dead message in the window that matches.
 -- name: OutboxConsoleDead :many
 SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.attempts, o.last_error,
        o.created_at, o.ordered
@@ -267,6 +277,7 @@ SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.attempts, o.last_
 -- OutboxConsoleDeadWindow: where OutboxConsoleDead's window ended (lowest
 -- id, and how many dead ids it held). 0, 0: no dead row in the range.
 -- Index: outbox_dead (index-only backward range scan).
+-- Lock strategy: none (a read; no row locks). Always one row.
 -- name: OutboxConsoleDeadWindow :one
 SELECT coalesce(min(w.id), 0)::bigint AS lowest_id, count(*) AS scanned
   FROM (SELECT o.id
@@ -285,6 +296,7 @@ SELECT coalesce(min(w.id), 0)::bigint AS lowest_id, count(*) AS scanned
 -- Index: outbox_dead alone (the filter columns are INCLUDE columns,
 -- migration 00006): every dead entry of the id range is read, at most @cap
 -- of them matching; the dead list is the working set, not the done rows.
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxConsoleDeadMatching :one
 SELECT count(*) AS matching, coalesce(max(m.id), 0)::bigint AS highest_id
   FROM (SELECT o.id
@@ -305,6 +317,8 @@ SELECT count(*) AS matching, coalesce(max(m.id), 0)::bigint AS highest_id
 -- confirmation of a bulk action over a filter lists, and the action then
 -- changes exactly those ids.
 -- Index: outbox_dead alone (forward range scan; INCLUDE columns, 00006).
+-- Lock strategy: none (a read; no row locks).
+-- No rows: no more matching dead message up to @max_id.
 -- name: OutboxConsoleDeadIDs :many
 SELECT o.id
   FROM outbox AS o
@@ -397,6 +411,8 @@ RETURNING id;
 -- producers, decided by the dispatcher within ReapInterval) are not listed.
 -- Index: outbox_ordered_dead_head, outbox_ordered_txid, outbox_leased, then
 -- outbox_ordered_head and the primary key for at most @max_rows aggregates.
+-- Lock strategy: none (a read; no row locks).
+-- No rows: no aggregate is blocked.
 -- name: OutboxConsoleBlocked :many
 WITH heads AS (
     SELECT h.id, h.aggregate_id, h.status, h.created_at
@@ -441,6 +457,7 @@ SELECT h.aggregate_id,
 -- Index: outbox_ordered_dead_head alone (00007), outbox_ordered_txid and
 -- outbox_leased (one table row per live head): the heads, never the rows
 -- queued behind them.
+-- Lock strategy: none (a read; no row locks). Always one row (0: none blocked).
 -- name: OutboxConsoleBlockedCount :one
 SELECT count(*) AS blocked
   FROM ((SELECT 1

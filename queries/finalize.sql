@@ -37,6 +37,8 @@
 -- Returns the ids actually finalized, as one array (one row to send and
 -- decode instead of one per message); an id missing
 -- from it lost its lease. Never NULL: empty when none was finalized.
+-- Lock strategy: the ordered rows' aggregate locks first (handoff_locks,
+-- pg_advisory_xact_lock in key order), then one UPDATE by primary key per id.
 -- name: OutboxMarkDoneMany :one
 WITH handoff_locks AS (
     -- The head hand-off (migration 00005) locks each ordered row's
@@ -117,6 +119,9 @@ HAVING (SELECT count(*) FROM counted) >= 0;
 -- Returns the ids written and, in the same order, the status each got
 -- ('done', 'pending' or 'dead'): a missing id lost its lease. Never NULL:
 -- empty arrays when nothing was written.
+-- Lock strategy: the aggregate locks of the ordered rows that become done
+-- first (in key order), then one UPDATE by primary key per id, and
+-- outbox_attempts upserted by its primary key.
 -- name: OutboxFinalizeMany :one
 WITH handoff_locks AS (
     -- As OutboxMarkDoneMany: the aggregates of the ordered rows that become

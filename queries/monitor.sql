@@ -3,6 +3,7 @@
 
 -- OutboxCountByStatus: queue depth by status.
 -- Scans the table (done rows included); run it at monitoring intervals.
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxCountByStatus :many
 SELECT status, count(*) AS count
   FROM outbox
@@ -22,6 +23,7 @@ SELECT status, count(*) AS count
 -- (processing), outbox_dead (dead), outbox_finished (skipped, at most
 -- 10,000 entries; done, at most 10,000 entries: each status is its own
 -- range of the index). A skipped message is never counted as done.
+-- Lock strategy: none (a read; no row locks). Always one row.
 -- name: OutboxQueueDepth :one
 WITH u AS MATERIALIZED ( -- each count once (inlined, the CASE would repeat them)
     SELECT (SELECT count(*) FROM outbox WHERE status = 'pending' AND NOT ordered)
@@ -51,6 +53,7 @@ SELECT u.pending::bigint AS pending,
 -- 'processing')) gives the same answer: the ordered branch says seq IS NOT
 -- NULL so outbox_ordered_head serves it, and an unsequenced ordered row is an
 -- uncommitted one (invisible here).
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxOldestPendingAge :one
 SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
   FROM (
@@ -64,6 +67,7 @@ SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldes
 -- OutboxExpiredLeases: processing rows past their lease (crashed workers, or
 -- leases too short for the publish time).
 -- Index: outbox_leased.
+-- Lock strategy: none (a read; no row locks). Always one row (0: no expired lease).
 -- name: OutboxExpiredLeases :one
 SELECT count(*) AS expired_leases
   FROM outbox
@@ -72,6 +76,8 @@ SELECT count(*) AS expired_leases
 
 -- OutboxAttemptsHistogram: attempts distribution of undelivered messages
 -- (retries piling up).
+-- Lock strategy: none (a read; no row locks).
+-- No rows: nothing undelivered.
 -- name: OutboxAttemptsHistogram :many
 SELECT attempts, count(*) AS count
   FROM outbox
@@ -84,6 +90,8 @@ SELECT attempts, count(*) AS count
 -- size of the backlog waiting behind the head. The head is the lowest seq
 -- (commit order), as in OutboxClaimOrderedWindow. Oldest first.
 -- Index: outbox_ordered_head (undelivered ordered rows only).
+-- Lock strategy: none (a read; no row locks).
+-- No rows: no aggregate is blocked or stalled.
 -- name: OutboxBlockedAggregates :many
 WITH undelivered AS (
     SELECT aggregate_id, count(*) AS backlog, min(created_at) AS oldest_created_at
@@ -132,6 +140,7 @@ SELECT head.aggregate_id,
 -- through to_jsonb so that the statement also parses on 13, which has no such
 -- column); on 13, at the waiting statement's start (the COMMIT), where this
 -- role may see the waiter's pg_stat_activity row, else 0.
+-- Lock strategy: none (reads pg_locks). Always one row.
 -- name: OutboxOrderedCommitWaits :one
 SELECT count(*) AS waiting_commits,
        coalesce(extract(epoch FROM now() - min(coalesce((to_jsonb(l.*) ->> 'waitstart')::timestamptz, a.query_start))), 0)::float8 AS longest_wait_seconds

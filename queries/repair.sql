@@ -70,6 +70,7 @@ SELECT outbox_repair_sequences(@check_only::boolean, @scan_all::boolean)::intege
 -- Lock strategy: none.
 -- Indexes: outbox_ordered_unresolved, outbox_pending_txid,
 -- outbox_ordered_txid, the primary key.
+-- Always one row (all 0: nothing to repair).
 -- name: OutboxPortability :one
 SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox AS u WHERE u.ordered AND u.seq IS NULL LIMIT @cap::integer) AS u) AS unsequenced,
        (SELECT count(*)

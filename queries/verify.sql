@@ -7,6 +7,7 @@
 -- dead message an operator skipped).
 -- Index: the primary key. Not for the hot path: it reads every row.
 -- 0 rows: nothing more.
+-- Lock strategy: none (a read; no row locks).
 -- name: OutboxVerifyRows :many
 SELECT id, aggregate_id, ordered, coalesce(seq, 0)::bigint AS seq, status,
        (status = 'skipped')::boolean AS skipped

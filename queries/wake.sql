@@ -14,6 +14,7 @@
 -- held false: not taken; with other_relay false, producers' transactions
 -- that began while no relay waited are still open (each holds the lock
 -- shared until it ends): call OutboxWakeAwaitIdle, or try again later.
+-- Always one row.
 -- name: OutboxWakeIdle :one
 SELECT held,
        (NOT held AND EXISTS (
@@ -33,6 +34,7 @@ SELECT held,
 -- level; it waits as long as the session's lock_timeout allows (a
 -- long producer transaction, a prepared one until COMMIT PREPARED, or
 -- another relay waiting idle).
+-- Always one row (discarded); an error when lock_timeout runs out.
 -- name: OutboxWakeAwaitIdle :exec
 SELECT pg_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485);
 
@@ -41,6 +43,7 @@ SELECT pg_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485);
 -- Lock strategy: releases the session's exclusive hold of (table oid,
 -- 1869968485).
 -- false: the session did not hold it (PostgreSQL also logs a warning).
+-- Always one row.
 -- name: OutboxWakeBusy :one
 SELECT pg_advisory_unlock(('outbox'::regclass)::oid::integer, 1869968485) AS released;
 

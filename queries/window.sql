@@ -509,6 +509,7 @@ UPDATE outbox AS r
 -- was once the lock is gone; any other timed-out claim is isolated.
 -- Lock strategy: none (pg_locks is the lock manager's memory; the regclass
 -- cast takes no lock).
+-- Always one row.
 -- name: OutboxTableLocked :one
 SELECT EXISTS (
     SELECT 1

@@ -51,6 +51,7 @@ func (r iteratorForOutboxEnqueueMany) Err() error {
 // dbcopy) because a :copyfrom query adds CopyFrom to the generated DBTX
 // interface: copying queries/ leaves an application's DBTX (and its
 // hand-written mocks) unchanged; copy this folder too only to opt into COPY.
+// Returns the number of rows copied (all or none: COPY fails as a whole).
 func (q *Queries) OutboxEnqueueMany(ctx context.Context, arg []OutboxEnqueueManyParams) (int64, error) {
 	return q.db.CopyFrom(ctx, []string{"outbox"}, []string{"aggregate_type", "aggregate_id", "event_type", "payload", "headers", "ordered"}, &iteratorForOutboxEnqueueMany{rows: arg})
 }

@@ -40,6 +40,8 @@ type InboxAggregateAdvanceParams struct {
 // statement's snapshot is taken after the lock was granted.
 // Index: the primary key; inbox_parked for the parked events.
 // 0 rows: the state does not exist (the caller did not lock it first).
+// Lock strategy: a single-row UPDATE by primary key, under the caller's
+// InboxAggregateLock.
 func (q *Queries) InboxAggregateAdvance(ctx context.Context, arg InboxAggregateAdvanceParams) ([]bool, error) {
 	rows, err := q.db.Query(ctx, inboxAggregateAdvance, arg.Seq, arg.Source, arg.AggregateID)
 	if err != nil {
@@ -102,6 +104,7 @@ type InboxAggregateFailingParams struct {
 // failing.
 // Lock strategy: INSERT ... ON CONFLICT DO UPDATE on the primary key; only
 // the failure columns change.
+// Always one row written (inserted or updated).
 func (q *Queries) InboxAggregateFailing(ctx context.Context, arg InboxAggregateFailingParams) error {
 	_, err := q.db.Exec(ctx, inboxAggregateFailing,
 		arg.Source,

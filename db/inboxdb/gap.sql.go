@@ -30,6 +30,7 @@ type InboxGapCoversParams struct {
 // InboxGapCovers reports whether a recorded gap of the aggregate covers
 // position @seq: an event arriving after its gap was declared.
 // Index: the primary key (source, aggregate_id, before_seq).
+// Lock strategy: none (a read; no row locks). Always one row (false: no gap covers @seq).
 func (q *Queries) InboxGapCovers(ctx context.Context, arg InboxGapCoversParams) (bool, error) {
 	row := q.db.QueryRow(ctx, inboxGapCovers, arg.Source, arg.AggregateID, arg.Seq)
 	var covered bool
@@ -92,6 +93,8 @@ type InboxGapsRow struct {
 // InboxGaps lists the gaps recorded for one source, by aggregate and
 // position (for pgoutbox verify and operators).
 // Index: the primary key.
+// Lock strategy: none (a read; no row locks).
+// No rows: no gap recorded for the source.
 func (q *Queries) InboxGaps(ctx context.Context, source string) ([]*InboxGapsRow, error) {
 	rows, err := q.db.Query(ctx, inboxGaps, source)
 	if err != nil {

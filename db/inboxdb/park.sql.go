@@ -42,6 +42,7 @@ type InboxParkedAggregatesRow struct {
 // @max_age (database clock) or more than @max_parked are parked.
 // Index: inbox_parked (partial: parked rows only, normally none).
 // 0 rows: nothing is parked.
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) InboxParkedAggregates(ctx context.Context, arg InboxParkedAggregatesParams) ([]*InboxParkedAggregatesRow, error) {
 	rows, err := q.db.Query(ctx, inboxParkedAggregates, arg.MaxAge, arg.MaxParked, arg.MaxRows)
 	if err != nil {
@@ -87,6 +88,8 @@ type InboxParkedFailedParams struct {
 // transaction of its own, after the failed one rolled back); the next sweep
 // tries it again.
 // 0 rows: it is no longer parked.
+// Lock strategy: a single-row UPDATE by primary key, guarded by the parked
+// status.
 func (q *Queries) InboxParkedFailed(ctx context.Context, arg InboxParkedFailedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, inboxParkedFailed, arg.Error, arg.Source, arg.ID)
 	if err != nil {
@@ -118,6 +121,8 @@ type InboxParkedFinishParams struct {
 // transaction) or late (not processed). Its payload and headers are
 // cleared; @prior_seq is the aggregate's position before it.
 // 0 rows: it is no longer parked (finished by another consumer).
+// Lock strategy: a single-row UPDATE by primary key, guarded by the parked
+// status.
 func (q *Queries) InboxParkedFinish(ctx context.Context, arg InboxParkedFinishParams) (int64, error) {
 	result, err := q.db.Exec(ctx, inboxParkedFinish,
 		arg.Status,

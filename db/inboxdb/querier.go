@@ -16,6 +16,8 @@ type Querier interface {
 	// statement's snapshot is taken after the lock was granted.
 	// Index: the primary key; inbox_parked for the parked events.
 	// 0 rows: the state does not exist (the caller did not lock it first).
+	// Lock strategy: a single-row UPDATE by primary key, under the caller's
+	// InboxAggregateLock.
 	InboxAggregateAdvance(ctx context.Context, arg InboxAggregateAdvanceParams) ([]bool, error)
 	// InboxAggregateCreate creates the order state of an aggregate seen for the
 	// first time, with nothing processed.
@@ -28,6 +30,7 @@ type Querier interface {
 	// failing.
 	// Lock strategy: INSERT ... ON CONFLICT DO UPDATE on the primary key; only
 	// the failure columns change.
+	// Always one row written (inserted or updated).
 	InboxAggregateFailing(ctx context.Context, arg InboxAggregateFailingParams) error
 	// The per-aggregate order state (table inbox_aggregates): the position the
 	// consumer processed last for each aggregate of each source.
@@ -46,6 +49,7 @@ type Querier interface {
 	// InboxGapCovers reports whether a recorded gap of the aggregate covers
 	// position @seq: an event arriving after its gap was declared.
 	// Index: the primary key (source, aggregate_id, before_seq).
+	// Lock strategy: none (a read; no row locks). Always one row (false: no gap covers @seq).
 	InboxGapCovers(ctx context.Context, arg InboxGapCoversParams) (bool, error)
 	// Gaps (table inbox_gaps): positions of an aggregate that were not processed
 	// before a later event was, and why.
@@ -58,6 +62,8 @@ type Querier interface {
 	// InboxGaps lists the gaps recorded for one source, by aggregate and
 	// position (for pgoutbox verify and operators).
 	// Index: the primary key.
+	// Lock strategy: none (a read; no row locks).
+	// No rows: no gap recorded for the source.
 	InboxGaps(ctx context.Context, source string) ([]*InboxGapsRow, error)
 	// InboxParkedAggregates lists the aggregates with parked events, oldest
 	// wait first, at most @max_rows: the sweep releases what can go and
@@ -65,16 +71,21 @@ type Querier interface {
 	// @max_age (database clock) or more than @max_parked are parked.
 	// Index: inbox_parked (partial: parked rows only, normally none).
 	// 0 rows: nothing is parked.
+	// Lock strategy: none (a read; no row locks).
 	InboxParkedAggregates(ctx context.Context, arg InboxParkedAggregatesParams) ([]*InboxParkedAggregatesRow, error)
 	// InboxParkedFailed counts a failed handler run of a parked event (in a
 	// transaction of its own, after the failed one rolled back); the next sweep
 	// tries it again.
 	// 0 rows: it is no longer parked.
+	// Lock strategy: a single-row UPDATE by primary key, guarded by the parked
+	// status.
 	InboxParkedFailed(ctx context.Context, arg InboxParkedFailedParams) (int64, error)
 	// InboxParkedFinish ends a parked event: processed (its handler ran in this
 	// transaction) or late (not processed). Its payload and headers are
 	// cleared; @prior_seq is the aggregate's position before it.
 	// 0 rows: it is no longer parked (finished by another consumer).
+	// Lock strategy: a single-row UPDATE by primary key, guarded by the parked
+	// status.
 	InboxParkedFinish(ctx context.Context, arg InboxParkedFinishParams) (int64, error)
 	// Parked events: ordered events that arrived before their predecessor, kept
 	// in table inbox (status parked, payload and headers included) until they
@@ -103,18 +114,22 @@ type Querier interface {
 	// version deleted (a duplicate delivery that updated the row meanwhile
 	// leaves it for the next call).
 	// Rows affected: rows deleted; 0 = nothing left to purge.
+	// Lock strategy: DELETE by TID of the rows chosen; a row locked by a
+	// concurrent writer is waited for.
 	InboxPurge(ctx context.Context, arg InboxPurgeParams) (int64, error)
 	// InboxPurgeGaps deletes at most @max_rows gap records detected before
 	// now() - @older_than, oldest first (kept as long as the records, so that a
 	// late arrival is still recognized as one).
 	// Access path: inbox_gaps_detected, then one TID lookup each.
 	// Rows affected: rows deleted; 0 = nothing left to purge.
+	// Lock strategy: DELETE by TID of the rows chosen.
 	InboxPurgeGaps(ctx context.Context, arg InboxPurgeGapsParams) (int64, error)
 	// InboxReceived lists what the inbox holds for one source, keyset-paged by
 	// id (pass the last id of the previous page as @after_id, '' for the first):
 	// what pgoutbox verify compares with the outbox.
 	// Index: the primary key (source, id). Ids are compared as text.
 	// 0 rows: nothing more.
+	// Lock strategy: none (a read; no row locks).
 	InboxReceived(ctx context.Context, arg InboxReceivedParams) ([]*InboxReceivedRow, error)
 	// The inbox's record of each event received (table inbox, primary key
 	// (source, id)). Every query here runs inside the transaction that also runs

@@ -42,6 +42,7 @@ type InboxReceivedRow struct {
 // what pgoutbox verify compares with the outbox.
 // Index: the primary key (source, id). Ids are compared as text.
 // 0 rows: nothing more.
+// Lock strategy: none (a read; no row locks).
 func (q *Queries) InboxReceived(ctx context.Context, arg InboxReceivedParams) ([]*InboxReceivedRow, error) {
 	rows, err := q.db.Query(ctx, inboxReceived, arg.Source, arg.AfterID, arg.Limit)
 	if err != nil {

@@ -43,6 +43,8 @@ type InboxPurgeParams struct {
 // version deleted (a duplicate delivery that updated the row meanwhile
 // leaves it for the next call).
 // Rows affected: rows deleted; 0 = nothing left to purge.
+// Lock strategy: DELETE by TID of the rows chosen; a row locked by a
+// concurrent writer is waited for.
 func (q *Queries) InboxPurge(ctx context.Context, arg InboxPurgeParams) (int64, error) {
 	result, err := q.db.Exec(ctx, inboxPurge, arg.OlderThan, arg.MaxRows)
 	if err != nil {
@@ -71,6 +73,7 @@ type InboxPurgeGapsParams struct {
 // late arrival is still recognized as one).
 // Access path: inbox_gaps_detected, then one TID lookup each.
 // Rows affected: rows deleted; 0 = nothing left to purge.
+// Lock strategy: DELETE by TID of the rows chosen.
 func (q *Queries) InboxPurgeGaps(ctx context.Context, arg InboxPurgeGapsParams) (int64, error) {
 	result, err := q.db.Exec(ctx, inboxPurgeGaps, arg.OlderThan, arg.MaxRows)
 	if err != nil {

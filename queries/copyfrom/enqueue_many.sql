@@ -7,6 +7,7 @@
 -- dbcopy) because a :copyfrom query adds CopyFrom to the generated DBTX
 -- interface: copying queries/ leaves an application's DBTX (and its
 -- hand-written mocks) unchanged; copy this folder too only to opt into COPY.
+-- Returns the number of rows copied (all or none: COPY fails as a whole).
 -- name: OutboxEnqueueMany :copyfrom
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, ordered)
 VALUES (@aggregate_type, @aggregate_id, @event_type, @payload, @headers, @ordered);

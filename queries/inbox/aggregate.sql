@@ -36,6 +36,8 @@ ON CONFLICT (source, aggregate_id) DO NOTHING;
 -- statement's snapshot is taken after the lock was granted.
 -- Index: the primary key; inbox_parked for the parked events.
 -- 0 rows: the state does not exist (the caller did not lock it first).
+-- Lock strategy: a single-row UPDATE by primary key, under the caller's
+-- InboxAggregateLock.
 -- name: InboxAggregateAdvance :many
 UPDATE inbox_aggregates AS a
    SET last_seq    = @seq::bigint,
@@ -57,6 +59,7 @@ RETURNING EXISTS (SELECT 1
 -- failing.
 -- Lock strategy: INSERT ... ON CONFLICT DO UPDATE on the primary key; only
 -- the failure columns change.
+-- Always one row written (inserted or updated).
 -- name: InboxAggregateFailing :exec
 INSERT INTO inbox_aggregates AS a (source, aggregate_id, failing_seq, failing_at, last_error)
 VALUES (@source::text, @aggregate_id::text, @seq::bigint, now(), left(@error::text, 500))

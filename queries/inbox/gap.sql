@@ -15,6 +15,7 @@ ON CONFLICT (source, aggregate_id, before_seq) DO NOTHING;
 -- InboxGapCovers reports whether a recorded gap of the aggregate covers
 -- position @seq: an event arriving after its gap was declared.
 -- Index: the primary key (source, aggregate_id, before_seq).
+-- Lock strategy: none (a read; no row locks). Always one row (false: no gap covers @seq).
 -- name: InboxGapCovers :one
 SELECT EXISTS (
     SELECT 1
@@ -28,6 +29,8 @@ SELECT EXISTS (
 -- InboxGaps lists the gaps recorded for one source, by aggregate and
 -- position (for pgoutbox verify and operators).
 -- Index: the primary key.
+-- Lock strategy: none (a read; no row locks).
+-- No rows: no gap recorded for the source.
 -- name: InboxGaps :many
 SELECT aggregate_id, before_seq, after_seq, missing_seq, reason, detected_at
   FROM inbox_gaps

@@ -32,6 +32,8 @@ SELECT i.id, i.event_type, i.seq, i.prev_seq, i.sent_seq, i.payload, i.headers, 
 -- transaction) or late (not processed). Its payload and headers are
 -- cleared; @prior_seq is the aggregate's position before it.
 -- 0 rows: it is no longer parked (finished by another consumer).
+-- Lock strategy: a single-row UPDATE by primary key, guarded by the parked
+-- status.
 -- name: InboxParkedFinish :execrows
 UPDATE inbox
    SET status       = @status::text,
@@ -47,6 +49,8 @@ UPDATE inbox
 -- transaction of its own, after the failed one rolled back); the next sweep
 -- tries it again.
 -- 0 rows: it is no longer parked.
+-- Lock strategy: a single-row UPDATE by primary key, guarded by the parked
+-- status.
 -- name: InboxParkedFailed :execrows
 UPDATE inbox
    SET attempts   = attempts + 1,
@@ -61,6 +65,7 @@ UPDATE inbox
 -- @max_age (database clock) or more than @max_parked are parked.
 -- Index: inbox_parked (partial: parked rows only, normally none).
 -- 0 rows: nothing is parked.
+-- Lock strategy: none (a read; no row locks).
 -- name: InboxParkedAggregates :many
 SELECT source, coalesce(aggregate_id, '')::text AS aggregate_id,
        count(*)::bigint AS parked,

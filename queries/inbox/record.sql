@@ -30,6 +30,7 @@ RETURNING (i.xmax = 0)::boolean AS inserted, i.status;
 -- what pgoutbox verify compares with the outbox.
 -- Index: the primary key (source, id). Ids are compared as text.
 -- 0 rows: nothing more.
+-- Lock strategy: none (a read; no row locks).
 -- name: InboxReceived :many
 SELECT id, status, event_type, aggregate_id, seq, prev_seq, sent_seq, prior_seq, deliveries
   FROM inbox

@@ -13,6 +13,8 @@
 -- version deleted (a duplicate delivery that updated the row meanwhile
 -- leaves it for the next call).
 -- Rows affected: rows deleted; 0 = nothing left to purge.
+-- Lock strategy: DELETE by TID of the rows chosen; a row locked by a
+-- concurrent writer is waited for.
 -- name: InboxPurge :execrows
 DELETE FROM inbox
  WHERE ctid = ANY (ARRAY(
@@ -29,6 +31,7 @@ DELETE FROM inbox
 -- late arrival is still recognized as one).
 -- Access path: inbox_gaps_detected, then one TID lookup each.
 -- Rows affected: rows deleted; 0 = nothing left to purge.
+-- Lock strategy: DELETE by TID of the rows chosen.
 -- name: InboxPurgeGaps :execrows
 DELETE FROM inbox_gaps
  WHERE ctid = ANY (ARRAY(
