@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 )
 
 // Actions go through two POSTs: /confirm shows what is about to change (the
@@ -156,11 +157,11 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, start, err)
 			return
 		}
-		params := db.OutboxConsoleDeadIDsParams{
+		params := consoledb.OutboxConsoleDeadIDsParams{
 			AfterID: minID - 1, MaxID: min(beforeID-1, math.MaxInt64-1), MaxRows: maxSelected,
 			EventType: opt(a.Filter.EventType), AggregateType: opt(a.Filter.AggregateType), AggregateID: opt(a.Filter.AggregateID),
 			CreatedFrom: a.Filter.from, CreatedTo: a.Filter.to}
-		ids, err := c.q.OutboxConsoleDeadIDs(ctx, params)
+		ids, err := c.cq.OutboxConsoleDeadIDs(ctx, params)
 		if err != nil {
 			c.fail(w, r, start, err)
 			return
@@ -168,7 +169,7 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request) {
 		p.IDs, p.IDsText = ids, idsText(ids)
 		p.Matching = int64(len(ids))
 		if len(ids) == maxSelected {
-			m, err := c.q.OutboxConsoleDeadMatching(ctx, db.OutboxConsoleDeadMatchingParams{
+			m, err := c.cq.OutboxConsoleDeadMatching(ctx, consoledb.OutboxConsoleDeadMatchingParams{
 				MinID: minID, MaxID: params.MaxID, Cap: int32(c.cfg.CountCap),
 				EventType: params.EventType, AggregateType: params.AggregateType, AggregateID: params.AggregateID,
 				CreatedFrom: params.CreatedFrom, CreatedTo: params.CreatedTo})
@@ -235,7 +236,7 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 	if a.Scope == "selected" && a.Verb == "retry" && len(a.IDs) == 1 && len(p.Changed) == 0 {
 		// The head of a blocked aggregate, or a message detail: pending in
 		// backoff is retried by making it available now.
-		ids, err := c.q.OutboxConsoleRetryPendingNow(ctx, a.IDs[0])
+		ids, err := c.cq.OutboxConsoleRetryPendingNow(ctx, a.IDs[0])
 		if err != nil {
 			c.fail(w, r, start, err)
 			return
@@ -270,9 +271,9 @@ func (c *Console) change(ctx context.Context, r *http.Request, a action, ids []i
 			}
 		}
 	case "retry":
-		changed, err = c.q.OutboxConsoleRedriveDeadMany(ctx, ids)
+		changed, err = c.cq.OutboxConsoleRedriveDeadMany(ctx, ids)
 	case "skip":
-		changed, err = c.q.OutboxConsoleSkipDeadMany(ctx, db.OutboxConsoleSkipDeadManyParams{Ids: ids, Reason: a.Reason})
+		changed, err = c.cq.OutboxConsoleSkipDeadMany(ctx, consoledb.OutboxConsoleSkipDeadManyParams{Ids: ids, Reason: a.Reason})
 	default:
 		err = errors.New("unknown action " + a.Verb)
 	}

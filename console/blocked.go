@@ -4,11 +4,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 )
 
 type blockedPage struct {
-	Rows         []*db.OutboxConsoleBlockedRow
+	Rows         []*consoledb.OutboxConsoleBlockedRow
 	StalledAfter time.Duration
 	Max          int
 }
@@ -17,7 +17,7 @@ const blockedMax = 100
 
 func (c *Console) blocked(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rows, err := c.q.OutboxConsoleBlocked(r.Context(), db.OutboxConsoleBlockedParams{
+	rows, err := c.cq.OutboxConsoleBlocked(r.Context(), consoledb.OutboxConsoleBlockedParams{
 		StalledAfter: c.cfg.StalledAfter, MaxRows: blockedMax})
 	if err != nil {
 		c.fail(w, r, start, err)

@@ -6,7 +6,7 @@
 //
 // Pages are server-rendered HTML with server-rendered SVG charts, assets are
 // embedded (no CDN, no JavaScript), and every page reads a bounded amount of
-// data however many done rows the table retains (queries/console.sql).
+// data however many done rows the table retains (queries/console/console.sql).
 //
 // Safety: every state-changing request is a POST that must carry the
 // per-browser CSRF token and pass net/http's cross-origin protection;
@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
@@ -180,7 +181,8 @@ func (c *Config) validate() error {
 type Console struct {
 	cfg     Config
 	pool    *pgxpool.Pool
-	q       *db.Queries
+	q       *db.Queries        // the relay's and operators' queries (queries/)
+	cq      *consoledb.Queries // the console's own (queries/console/)
 	log     *slog.Logger
 	secrets *redact.Scrubber
 	csrfKey []byte
@@ -199,7 +201,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	c := &Console{cfg: cfg, pool: pool, q: db.New(dbtx), log: cfg.Logger, secrets: &redact.Scrubber{}}
+	c := &Console{cfg: cfg, pool: pool, q: db.New(dbtx), cq: consoledb.New(dbtx), log: cfg.Logger, secrets: &redact.Scrubber{}}
 	cc := pool.Config().ConnConfig
 	c.secrets.Add(cc.Password, cfg.Token, cfg.BasicPassword)
 	table := cfg.Table

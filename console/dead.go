@@ -4,12 +4,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 )
 
 type deadPage struct {
 	listPage
-	Rows   []*db.OutboxConsoleDeadRow
+	Rows   []*consoledb.OutboxConsoleDeadRow
 	Values map[string]string // the filter as hidden fields of the action form
 }
 
@@ -49,21 +49,21 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
 
 // deadRows reads one page of dead messages through outbox_dead, and returns
 // the window function that says where its scan ended.
-func (c *Console) deadRows(r *http.Request, f filter, minID, before int64) ([]*db.OutboxConsoleDeadRow, func() (int64, int64, error), error) {
+func (c *Console) deadRows(r *http.Request, f filter, minID, before int64) ([]*consoledb.OutboxConsoleDeadRow, func() (int64, int64, error), error) {
 	ctx := r.Context()
-	rows, err := c.q.OutboxConsoleDead(ctx, db.OutboxConsoleDeadParams{
+	rows, err := c.cq.OutboxConsoleDead(ctx, consoledb.OutboxConsoleDeadParams{
 		BeforeID: before, MinID: minID, ScanRows: int32(c.cfg.ScanRows),
 		EventType: opt(f.EventType), AggregateType: opt(f.AggregateType), AggregateID: opt(f.AggregateID),
 		CreatedFrom: f.from, CreatedTo: f.to, PageRows: int32(c.cfg.PageRows)})
 	window := func() (int64, int64, error) {
-		win, err := c.q.OutboxConsoleDeadWindow(ctx, db.OutboxConsoleDeadWindowParams{
+		win, err := c.cq.OutboxConsoleDeadWindow(ctx, consoledb.OutboxConsoleDeadWindowParams{
 			BeforeID: before, MinID: minID, ScanRows: int32(c.cfg.ScanRows)})
 		return win.LowestID, win.Scanned, err
 	}
 	return rows, window, err
 }
 
-func lastDeadID(rows []*db.OutboxConsoleDeadRow) int64 {
+func lastDeadID(rows []*consoledb.OutboxConsoleDeadRow) int64 {
 	if len(rows) == 0 {
 		return 0
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 )
 
 // filter is the filter form of the messages and dead-letter pages.
@@ -131,7 +131,7 @@ func (c *Console) idRange(ctx context.Context, f filter) (minID, beforeID int64,
 	if f.from == nil && f.to == nil {
 		return 0, math.MaxInt64, nil
 	}
-	var p db.OutboxConsoleIDRangeParams
+	var p consoledb.OutboxConsoleIDRangeParams
 	if f.from != nil {
 		t := f.from.Add(-timeRangeSlack)
 		p.CreatedFrom = &t
@@ -140,7 +140,7 @@ func (c *Console) idRange(ctx context.Context, f filter) (minID, beforeID int64,
 		t := f.to.Add(timeRangeSlack)
 		p.CreatedTo = &t
 	}
-	r, err := c.q.OutboxConsoleIDRange(ctx, p)
+	r, err := c.cq.OutboxConsoleIDRange(ctx, p)
 	if err != nil {
 		return 0, 0, err
 	}

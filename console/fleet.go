@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 )
 
@@ -321,21 +321,21 @@ func (f *Fleet) read(done chan struct{}) {
 }
 
 // readOne reads one database's line: three bounded statements of the
-// console's own (queries/console.sql).
+// console's own (queries/console/console.sql).
 func (f *Fleet) readOne(d *fleetDB) fleetRow {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	row := fleetRow{Name: d.name, Path: d.row.Path, Read: true}
-	q := d.console.q
+	q := d.console.cq
 	cp := f.cfg.CountCap
-	counts, err := q.OutboxConsoleStatusCounts(ctx, db.OutboxConsoleStatusCountsParams{Cap: int32(cp), LowestIds: 1000})
+	counts, err := q.OutboxConsoleStatusCounts(ctx, consoledb.OutboxConsoleStatusCountsParams{Cap: int32(cp), LowestIds: 1000})
 	var blocked int64
-	var minutes []*db.OutboxConsoleDeliveredPerMinuteRow
+	var minutes []*consoledb.OutboxConsoleDeliveredPerMinuteRow
 	if err == nil {
-		blocked, err = q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{StalledAfter: f.cfg.StalledAfter, Cap: int32(cp)})
+		blocked, err = q.OutboxConsoleBlockedCount(ctx, consoledb.OutboxConsoleBlockedCountParams{StalledAfter: f.cfg.StalledAfter, Cap: int32(cp)})
 	}
 	if err == nil {
-		minutes, err = d.console.deliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
+		minutes, err = d.console.deliveredPerMinute(ctx, consoledb.OutboxConsoleDeliveredPerMinuteParams{
 			Minutes: fleetRateMinutes + 1, LatencySample: 1})
 	}
 	row.At = time.Now()
@@ -356,7 +356,7 @@ const fleetRateMinutes = 5
 // recentRate is the delivery rate over the last n full minutes of rows
 // (per second): their exact count over their length, the same figures as
 // the database's own overview bars.
-func recentRate(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, n int) float64 {
+func recentRate(minutes []*consoledb.OutboxConsoleDeliveredPerMinuteRow, n int) float64 {
 	if len(minutes) < 2 {
 		return 0
 	}

@@ -11,10 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 )
 
 type messagePage struct {
-	M         *db.OutboxConsoleMessageRow
+	M         *consoledb.OutboxConsoleMessageRow
 	Payload   string // pretty-printed JSON, rendered as text
 	Headers   string
 	Now       time.Time
@@ -37,7 +38,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, start, err)
 		return
 	}
-	m, err := c.q.OutboxConsoleMessage(r.Context(), id)
+	m, err := c.cq.OutboxConsoleMessage(r.Context(), id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.fail(w, r, start, &httpError{status: http.StatusNotFound, msg: "no message with this id (never existed, or purged)"})
 		return
@@ -46,7 +47,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, start, err)
 		return
 	}
-	now, err := c.q.OutboxConsoleNow(r.Context())
+	now, err := c.cq.OutboxConsoleNow(r.Context())
 	if err != nil {
 		c.fail(w, r, start, err)
 		return

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 )
 
 // listPage is the keyset state shared by the messages and dead pages.
@@ -20,7 +20,7 @@ type listPage struct {
 
 type messagesPage struct {
 	listPage
-	Rows []*db.OutboxConsoleMessagesRow
+	Rows []*consoledb.OutboxConsoleMessagesRow
 }
 
 func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
@@ -50,7 +50,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, d := range rows {
-			p.Rows = append(p.Rows, &db.OutboxConsoleMessagesRow{ID: d.ID, AggregateType: d.AggregateType,
+			p.Rows = append(p.Rows, &consoledb.OutboxConsoleMessagesRow{ID: d.ID, AggregateType: d.AggregateType,
 				AggregateID: d.AggregateID, EventType: d.EventType, Status: "dead", Attempts: d.Attempts,
 				CreatedAt: d.CreatedAt, Ordered: d.Ordered, LastError: d.LastError})
 		}
@@ -60,7 +60,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		p.Rows, err = c.q.OutboxConsoleMessages(ctx, db.OutboxConsoleMessagesParams{
+		p.Rows, err = c.cq.OutboxConsoleMessages(ctx, consoledb.OutboxConsoleMessagesParams{
 			BeforeID: before, MinID: minID, ScanRows: int32(c.cfg.ScanRows),
 			Status: opt(f.Status), EventType: opt(f.EventType), AggregateType: opt(f.AggregateType),
 			AggregateID: opt(f.AggregateID), CreatedFrom: f.from, CreatedTo: f.to, PageRows: int32(c.cfg.PageRows)})
@@ -73,7 +73,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 			last = p.Rows[len(p.Rows)-1].ID
 		}
 		err = c.setCursor(&p.listPage, c.cfg.Prefix+"/messages", f, len(p.Rows), last, func() (int64, int64, error) {
-			win, err := c.q.OutboxConsoleScanWindow(ctx, db.OutboxConsoleScanWindowParams{
+			win, err := c.cq.OutboxConsoleScanWindow(ctx, consoledb.OutboxConsoleScanWindowParams{
 				BeforeID: before, MinID: minID, ScanRows: int32(c.cfg.ScanRows)})
 			return win.LowestID, win.Scanned, err
 		})

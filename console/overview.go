@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
@@ -61,8 +62,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var (
 		o                                  = overview{StalledAfter: c.cfg.StalledAfter, LatencySample: c.cfg.PerMinuteCap, CountCap: c.cfg.CountCap, DoneCountCap: min(c.cfg.CountCap, doneCountCap)}
-		counts                             *db.OutboxConsoleStatusCountsRow
-		minutes                            []*db.OutboxConsoleDeliveredPerMinuteRow
+		counts                             *consoledb.OutboxConsoleStatusCountsRow
+		minutes                            []*consoledb.OutboxConsoleDeliveredPerMinuteRow
 		blocked                            int64
 		errNow, errCounts, errExp, errLeas error
 		errMin, errBlk, errHor, errMoved   error
@@ -73,20 +74,20 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
-	run(func(ctx context.Context) { o.Now, errNow = c.q.OutboxConsoleNow(ctx) })
+	run(func(ctx context.Context) { o.Now, errNow = c.cq.OutboxConsoleNow(ctx) })
 	run(func(ctx context.Context) {
-		counts, errCounts = c.q.OutboxConsoleStatusCounts(ctx, db.OutboxConsoleStatusCountsParams{
+		counts, errCounts = c.cq.OutboxConsoleStatusCounts(ctx, consoledb.OutboxConsoleStatusCountsParams{
 			Cap: int32(c.cfg.CountCap), DoneCap: int32(o.DoneCountCap), LowestIds: 1000})
 	})
 	run(func(ctx context.Context) { o.ExpiredLeases, errExp = c.q.OutboxExpiredLeases(ctx) })
 	run(func(ctx context.Context) { o.Relays, errLeas = dispatcher.ReadRelays(ctx, c.q, 20) })
 	run(func(ctx context.Context) {
-		minutes, errMin = c.deliveredPerMinute(ctx, db.OutboxConsoleDeliveredPerMinuteParams{
+		minutes, errMin = c.deliveredPerMinute(ctx, consoledb.OutboxConsoleDeliveredPerMinuteParams{
 			Minutes: 60, LatencySample: int32(c.cfg.PerMinuteCap)})
 	})
 
 	run(func(ctx context.Context) {
-		blocked, errBlk = c.q.OutboxConsoleBlockedCount(ctx, db.OutboxConsoleBlockedCountParams{
+		blocked, errBlk = c.cq.OutboxConsoleBlockedCount(ctx, consoledb.OutboxConsoleBlockedCountParams{
 			StalledAfter: c.cfg.StalledAfter, Cap: int32(c.cfg.CountCap)})
 	})
 	run(func(ctx context.Context) { o.Horizon, errHor = dispatcher.ReadHorizon(ctx, c.q, 3) })
@@ -121,7 +122,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 // over the part of it gone by) and the latency chart (p50 and p99,
 // milliseconds, from each minute's sample).
 // delivered gets the sum of the minutes' counts.
-func (c *Console) charts(minutes []*db.OutboxConsoleDeliveredPerMinuteRow, now time.Time, delivered *int64) (tp, lat chart, sampled bool) {
+func (c *Console) charts(minutes []*consoledb.OutboxConsoleDeliveredPerMinuteRow, now time.Time, delivered *int64) (tp, lat chart, sampled bool) {
 	var rate, p50, p99 []point
 	for _, m := range minutes {
 		*delivered += m.Delivered

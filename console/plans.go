@@ -6,7 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
@@ -38,7 +38,7 @@ func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 // transaction with jit off (SET LOCAL): its cost grows with the deliveries
 // it counts, and past jit_above_cost PostgreSQL compiled it for 2.7 s to
 // run 0.2 s of index scans (412,000 deliveries in the hour).
-func (c *Console) deliveredPerMinute(ctx context.Context, arg db.OutboxConsoleDeliveredPerMinuteParams) ([]*db.OutboxConsoleDeliveredPerMinuteRow, error) {
+func (c *Console) deliveredPerMinute(ctx context.Context, arg consoledb.OutboxConsoleDeliveredPerMinuteParams) ([]*consoledb.OutboxConsoleDeliveredPerMinuteRow, error) {
 	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, err
@@ -51,5 +51,5 @@ func (c *Console) deliveredPerMinute(ctx context.Context, arg db.OutboxConsoleDe
 	if err != nil {
 		return nil, err
 	}
-	return db.New(dbtx).OutboxConsoleDeliveredPerMinute(ctx, arg)
+	return consoledb.New(dbtx).OutboxConsoleDeliveredPerMinute(ctx, arg)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
@@ -62,7 +63,7 @@ func TestConsole_FailedWindowReadIsAnErrorPage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.q = db.New(failingWindow{DBTX: inner, name: tc.query})
+			c.cq = consoledb.New(failingWindow{DBTX: inner, name: tc.query})
 			rec := httptest.NewRecorder()
 			c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
 			if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), errWindowRead.Error()) {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/consoledb"
 )
 
 // historyJSON is one attempt-history entry in --json output.
@@ -79,7 +80,7 @@ func (a *app) deadShow(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	q := a.queries(pool)
-	m, err := q.OutboxConsoleMessage(ctx, id)
+	m, err := consoledb.New(a.dbtx(pool)).OutboxConsoleMessage(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return failf("dead show: no message %d (never existed, or purged)", id)
 	}

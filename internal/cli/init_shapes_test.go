@@ -178,3 +178,25 @@ func TestSqlcAddItem_KeepsTheLayout(t *testing.T) {
 		t.Error("a config without sql: was accepted")
 	}
 }
+
+// init --upgrade names a query file an earlier release's init wrote and
+// this release no longer ships (the console's queries, now a package of
+// pgoutbox's own), and leaves it in place: the application may call it.
+func TestInitUpgrade_NamesQueryFilesNoLongerShipped(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "outbox")
+	args := []string{"init", "--table", "hr_outbox", "--dir", dir}
+	wantCode(t, call(t, invocation{}, args...), ExitOK)
+	old := filepath.Join(dir, "queries", "console.sql")
+	writeFile(t, old, "-- Copied by `pgoutbox init --table hr_outbox` from pgoutbox's queries/console.sql.\n"+
+		"-- name: HrOutboxConsoleNow :one\nSELECT now()::timestamptz AS now;\n")
+	r := call(t, invocation{}, append(args, "--upgrade")...)
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stderr", old+": no longer part of pgoutbox's queries")
+	if _, err := os.Stat(old); err != nil {
+		t.Errorf("the file was not left in place: %v", err)
+	}
+	if strings.Contains(r.stderr, filepath.Join(dir, "queries", "claim.sql")+": no longer") {
+		t.Errorf("a shipped file named as no longer shipped:\n%s", r.stderr)
+	}
+}

@@ -461,6 +461,33 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 		}
 	}
 
+	// --upgrade names pgoutbox's query files of an earlier release that this
+	// one no longer ships (the web console's statements moved to a package
+	// of pgoutbox's own): they are left in place, since the application may
+	// call them, but pgoutbox no longer keeps them in step with the schema.
+	var stale []string
+	if *upgrade {
+		shipped := map[string]bool{}
+		for _, n := range queryNames {
+			shipped[n] = true
+		}
+		old, err := filepath.Glob(filepath.Join(queryDir, "*.sql"))
+		if err != nil {
+			return failf("init: %v", err)
+		}
+		for _, p := range old {
+			if shipped[filepath.Base(p)] {
+				continue
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return failf("init: %v", err)
+			}
+			if isPgoutboxQueries(b, r.Camel()) {
+				stale = append(stale, p)
+			}
+		}
+	}
 	if *upgrade {
 		fmt.Fprintf(a.stderr, "upgrade: %d new migration(s), %d query files rewritten, for table %s:\n", newMigrations, len(files)-newMigrations, r.Qualified())
 	} else {
@@ -468,6 +495,9 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	}
 	for _, fl := range files {
 		fmt.Fprintf(a.stderr, "  %s\n", fl.path)
+	}
+	for _, p := range stale {
+		fmt.Fprintf(a.stderr, "  %s: no longer part of pgoutbox's queries (this release does not update it); delete it unless your code calls its queries\n", p)
 	}
 
 	// The sqlc entry: printed, written, or (on --upgrade) only what changed.

@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: console.sql
 
-package db
+package consoledb
 
 import (
 	"context"
