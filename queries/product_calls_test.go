@@ -22,28 +22,11 @@ var notRunByTheProduct = map[string]string{
 // run, not statements only tests call.
 func TestEveryQueryIsCalledByProductCode(t *testing.T) {
 	names := map[string]string{} // query name -> file
-	nameRE := regexp.MustCompile(`(?m)^-- name: (\w+) :`)
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".sql") {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, m := range nameRE.FindAllStringSubmatch(string(b), -1) {
-			names[m[1]] = path
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(names) < 50 {
-		t.Fatalf("found %d queries under queries/: the walk is broken", len(names))
+	for _, q := range queryFiles(t) {
+		names[q.name] = q.path
 	}
 	var product strings.Builder
-	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
