@@ -12,8 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/db/consoledb"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 // Actions go through two POSTs: /confirm shows what is about to change (the
@@ -263,8 +263,8 @@ func (c *Console) change(ctx context.Context, r *http.Request, a action, ids []i
 	case "redeliver":
 		// Recorded in each message's attempt history with who asked (the
 		// audit record, next to the log line of logAction).
-		var rows []*db.OutboxRedeliverDoneRow
-		rows, err = c.q.OutboxRedeliverDone(ctx, db.OutboxRedeliverDoneParams{Ids: ids, Actor: consoleActor(r)})
+		var rows []*opsdb.OutboxRedeliverDoneRow
+		rows, err = c.oq.OutboxRedeliverDone(ctx, opsdb.OutboxRedeliverDoneParams{Ids: ids, Actor: consoleActor(r)})
 		for _, row := range rows {
 			if row.Result == "redelivered" {
 				changed = append(changed, row.ID)

@@ -35,6 +35,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/db/consoledb"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
@@ -183,6 +184,7 @@ type Console struct {
 	pool    *pgxpool.Pool
 	q       *db.Queries        // the relay's and operators' queries (queries/)
 	cq      *consoledb.Queries // the console's own (queries/console/)
+	oq      *opsdb.Queries     // operators' (queries/ops/)
 	log     *slog.Logger
 	secrets *redact.Scrubber
 	csrfKey []byte
@@ -201,7 +203,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	c := &Console{cfg: cfg, pool: pool, q: db.New(dbtx), cq: consoledb.New(dbtx), log: cfg.Logger, secrets: &redact.Scrubber{}}
+	c := &Console{cfg: cfg, pool: pool, q: db.New(dbtx), cq: consoledb.New(dbtx), oq: opsdb.New(dbtx), log: cfg.Logger, secrets: &redact.Scrubber{}}
 	cc := pool.Config().ConnConfig
 	c.secrets.Add(cc.Password, cfg.Token, cfg.BasicPassword)
 	table := cfg.Table

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/console"
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
@@ -191,14 +192,14 @@ SELECT m.minute,
 	exec(`SELECT outbox_delivered_rebuild()`)
 	check("after done_at moved by hand and a rebuild")
 
-	q := db.New(pool)
+	q := opsdb.New(pool)
 	redeliver := []int64{4, 5, 6, 300, 301, 1999}
-	if _, err := q.OutboxRedeliverDone(ctx, db.OutboxRedeliverDoneParams{Ids: redeliver, Actor: "test"}); err != nil {
+	if _, err := q.OutboxRedeliverDone(ctx, opsdb.OutboxRedeliverDoneParams{Ids: redeliver, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	check("after a redelivery")
 
-	if _, err := q.OutboxPurgeDone(ctx, db.OutboxPurgeDoneParams{OlderThan: 30 * time.Minute, Limit: 1000}); err != nil {
+	if _, err := q.OutboxPurgeDone(ctx, opsdb.OutboxPurgeDoneParams{OlderThan: 30 * time.Minute, Limit: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	check("after a purge")

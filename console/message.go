@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/db/consoledb"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 type messagePage struct {
@@ -28,7 +28,7 @@ type messagePage struct {
 	OrderedDone  bool
 	// History is the attempt history, newest first: the failures of the
 	// message's last 20 claims and its last 5 redeliveries.
-	History []*db.OutboxAttemptHistoryRow
+	History []*opsdb.OutboxAttemptHistoryRow
 }
 
 func (c *Console) message(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +52,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, start, err)
 		return
 	}
-	history, err := c.q.OutboxAttemptHistory(r.Context(), id)
+	history, err := c.oq.OutboxAttemptHistory(r.Context(), id)
 	if err != nil {
 		c.fail(w, r, start, err)
 		return

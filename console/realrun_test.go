@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/console"
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
@@ -107,10 +107,10 @@ func newRealRun(t *testing.T) *realRun {
 		t.Fatalf("dead invoices %v (%v), want 5", r.invoices, err)
 	}
 	// An operator skips two of them (pgoutbox dead skip).
-	q := db.New(r.pool)
+	q := opsdb.New(r.pool)
 	reason := "customer deleted upstream"
 	for _, id := range r.invoices[:2] {
-		if n, err := q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: id, Reason: &reason}); err != nil || n != 1 {
+		if n, err := q.OutboxSkipDead(ctx, opsdb.OutboxSkipDeadParams{ID: id, Reason: &reason}); err != nil || n != 1 {
 			t.Fatalf("skip %d: %d, %v", id, n, err)
 		}
 	}

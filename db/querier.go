@@ -9,17 +9,6 @@ import (
 )
 
 type Querier interface {
-	// The attempt history (outbox_attempts, migration 00011) and what operators
-	// do with it: read a message's timeline, deliver a delivered message again.
-	// The relay writes the history itself, in OutboxFinalizeMany.
-	// OutboxAttemptHistory reads a message's history, newest first: the failed
-	// publishes of its last 20 claims and its last 5 operator actions (the
-	// rings of migration 00011). n is the claim (lease_version) each belongs
-	// to, numbered over the message's whole life whatever outbox.attempts says
-	// after a redrive. Index: the primary key (message_id, slot).
-	// No rows: the message never failed (or is gone).
-	// Lock strategy: none (a read; no row locks).
-	OutboxAttemptHistory(ctx context.Context, messageID int64) ([]*OutboxAttemptHistoryRow, error)
 	// OutboxAttemptsHistogram: attempts distribution of undelivered messages
 	// (retries piling up).
 	// Lock strategy: none (a read; no row locks).
@@ -387,13 +376,6 @@ type Querier interface {
 	// first (in key order), then one UPDATE by primary key per id, and
 	// outbox_attempts upserted by its primary key.
 	OutboxFinalizeMany(ctx context.Context, arg OutboxFinalizeManyParams) (*OutboxFinalizeManyRow, error)
-	// OutboxGooseVersionTables lists the tables shaped like goose's version
-	// table (version_id, is_applied, tstamp) in this database, schema-qualified:
-	// the histories that may have applied the migrations.
-	// Lock strategy: none (catalog reads).
-	// Index: pg_attribute_relid_attnam_index per table.
-	// 0 rows: no goose history in this database.
-	OutboxGooseVersionTables(ctx context.Context) ([]string, error)
 	// What pins the xmin horizon. Every row version the outbox deletes or
 	// updates (each claim and finalize writes one) stays in the table and its
 	// indexes until no snapshot that can see it remains; the oldest snapshot on
@@ -469,24 +451,6 @@ type Querier interface {
 	// Lock strategy: none (a plain read by primary key).
 	// No row (pgx.ErrNoRows): lease lost.
 	OutboxIsolateRead(ctx context.Context, arg OutboxIsolateReadParams) (*OutboxIsolateReadRow, error)
-	// Operator queries: the dead list, redrive, skip, retention.
-	// OutboxListDead lists dead messages keyset-paged by id (pass the last id of
-	// the previous page as @after_id, 0 for the first), optionally filtered.
-	// Index: outbox_dead.
-	// Lock strategy: none (a read; no row locks).
-	// No rows: no dead message after @after_id (that matches the filters).
-	OutboxListDead(ctx context.Context, arg OutboxListDeadParams) ([]*OutboxListDeadRow, error)
-	// OutboxLockAggregatesOfIds takes the advisory locks of the aggregates of
-	// the ordered rows among @ids, all at once and in key order
-	// (outbox_lock_aggregates, migration 00008: the order producers' COMMITs
-	// take them in). A transaction that then makes several ordered heads done
-	// one statement at a time (OutboxSkipDead per id) already holds every lock
-	// their hand-offs take, so it never waits for a producer while holding a
-	// lock that producer needs: no "deadlock detected" for either.
-	// Lock strategy: pg_advisory_xact_lock per aggregate, in key order, held to
-	// the end of the transaction. Index: the primary key.
-	// Returns the number of locks taken.
-	OutboxLockAggregatesOfIds(ctx context.Context, ids []int64) (int32, error)
 	// Finalizes. Every write after a claim is fenced: it changes the row only if
 	// the row is still processing under the claim's fencing token, the pair
 	// (lease_owner, lease_version) the claim wrote. A worker whose lease expired
@@ -575,40 +539,6 @@ type Querier interface {
 	// outbox_ordered_txid, the primary key.
 	// Always one row (all 0: nothing to repair).
 	OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error)
-	// OutboxPurgeDone deletes at most @limit done rows older than @older_than
-	// (done_at, database clock), oldest first. Bounded so each call is a short
-	// transaction; call it until it returns 0.
-	// Access path: outbox_finished (its done part) in done_at order for the candidates,
-	// then the primary key through id = ANY(ARRAY(...)). Written as
-	// id IN (SELECT ...), the delete was planned as a hash semi join over a
-	// sequential scan of the whole table whenever the plan was generic (the CLI's
-	// default pgx statement cache) and, at batch 10,000, even as a custom plan:
-	// each batch cost O(table) instead of O(batch) (measured on 300,000 done
-	// rows: 247 ms per batch of 1,000 generic, 416 ms per batch of 10,000,
-	// against 2.1 ms and 99 ms this way).
-	// The candidates' attempt history (outbox_attempts, migration 00011) goes
-	// in the same statement (a primary-key probe per candidate; a candidate
-	// redelivered between the candidate scan and its delete keeps its row but
-	// loses its history).
-	// Deleted rows done within the last two hours leave their minutes'
-	// deliveries (outbox_delivered_add, migration 00018) in the same statement.
-	// Lock strategy: plain DELETE by primary key; status is re-checked on the
-	// row version deleted. Returns the rows deleted; 0 = nothing left to purge.
-	OutboxPurgeDone(ctx context.Context, arg OutboxPurgeDoneParams) (int64, error)
-	// OutboxPurgeResolved deletes at most @limit messages whose status is in
-	// @statuses (the CLI passes 'dead' and 'skipped', never 'done': done rows
-	// go through OutboxPurgeDone) and whose age is past @older_than: done_at
-	// (for a skipped message, when it was skipped), else the time of its last
-	// attempt-history entry (for a dead message, when it died), else its
-	// created_at; database clock. Keyset-paged by id: pass the highest id returned as @after_id
-	// (0 first), until no row comes back, so rows too young to go are read
-	// once per run, not once per batch. Their attempt history goes with them.
-	// Access path: outbox_dead for dead rows (a sequential scan for other
-	// statuses: keep them few, or purge them often); the history by its
-	// primary key. Lock strategy: plain DELETE by primary key, the status
-	// re-checked on the row version deleted.
-	// Returns the ids deleted, ascending; none: nothing left to purge.
-	OutboxPurgeResolved(ctx context.Context, arg OutboxPurgeResolvedParams) ([]int64, error)
 	// OutboxQueueDepth: the dispatchers' queue-depth gauges (Config.StatsInterval,
 	// every relay): undelivered rows by status, counted exactly through their
 	// partial indexes, and the done rows counted up to 10,000 (outbox_finished)
@@ -645,34 +575,6 @@ type Querier interface {
 	// Index: outbox_leased, from @expired_after - @grace.
 	// Rows affected: messages sent to dead now; 0 is the normal case.
 	OutboxReap(ctx context.Context, arg OutboxReapParams) (int64, error)
-	// OutboxRedeliverDone delivers done messages again: back to pending,
-	// available now, attempts 0 (the delivery gets its full budget of
-	// attempts; the history keeps the count), done_at cleared. The message
-	// keeps its id, so its idempotency key (Idempotency-Key, the CloudEvents
-	// id, the broker's message id) is the one the consumer saw: a consumer that
-	// kept its copy deduplicates it. Each redelivered message gets a history
-	// entry 'redeliver' with @actor (who asked) in the same statement, n its
-	// lease_version (the claim that delivered it), in the operators' ring
-	// (slots 20 to 24: the free one, else the oldest).
-	// Ordered messages are refused: a done ordered message was handed on to
-	// the next event of its aggregate, which may have been delivered since;
-	// sending it again now would deliver it after later events, and putting it
-	// back in its aggregate's order would block the events behind it.
-	// Callers NOTIFY (OutboxNotify) afterwards to wake dispatchers; the
-	// claim's due lane finds the rows (available_at after created_at).
-	// Lock strategy: one UPDATE by primary key over the id array, guarded by
-	// status = 'done' and NOT ordered (re-checked on the row version updated).
-	// Returns one row per distinct requested id, ascending, with what became
-	// of it: 'redelivered', 'ordered' (refused), 'missing' (no such id: never
-	// existed or purged), or the status that made it ineligible ('pending',
-	// 'processing', 'dead', ...: not delivered, nothing changed).
-	OutboxRedeliverDone(ctx context.Context, arg OutboxRedeliverDoneParams) ([]*OutboxRedeliverDoneRow, error)
-	// OutboxRedriveDead gives a dead message a fresh start: pending, attempts 0,
-	// available now. last_error keeps the history. Nothing here wakes
-	// dispatchers: callers NOTIFY (OutboxNotify).
-	// 0 rows: no such id, or it is not dead (nothing changed).
-	// Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
-	OutboxRedriveDead(ctx context.Context, id int64) (int64, error)
 	// Relays (migration 00012): each relay process records itself in
 	// outbox_relays at a low rate (Config.RelayInterval), never on the
 	// per-message path; the console's relays page and `pgoutbox stats` read it.
@@ -774,21 +676,6 @@ type Querier interface {
 	// snapshot's xmax on (one descent each when nothing is found).
 	// Rows affected: rows re-stamped; 0 is the normal case.
 	OutboxRestampForeign(ctx context.Context, maxRows int32) (int64, error)
-	// What `pgoutbox migrate status` reads when the table was migrated outside
-	// pgoutbox's version table (through an application's own goose history, or
-	// by hand): the schema objects the migrations create, and the goose version
-	// tables of the database. Catalogs only, so it works whoever applied the
-	// migrations.
-	// OutboxSchemaObjects says, for each (@kinds[i], @names[i]) — kind one of
-	// table, index, sequence, function, trigger, column, constraint — whether it
-	// exists for the table @relation (as this session resolves it): relations
-	// and functions in the table's schema, triggers, columns and constraints on
-	// the table.
-	// Lock strategy: none (catalog reads, no lock on the table).
-	// Index: pg_class, pg_attribute, pg_trigger, pg_proc and pg_constraint
-	// catalog indexes.
-	// 0 rows: @relation does not resolve to a table.
-	OutboxSchemaObjects(ctx context.Context, arg OutboxSchemaObjectsParams) ([]*OutboxSchemaObjectsRow, error)
 	// Session settings of pgoutbox's own connections (the relay's pool and
 	// LISTEN connection, the CLI's and the console's connections).
 	// OutboxSessionSettings makes the session what pgoutbox's statements need,
@@ -804,13 +691,6 @@ type Querier interface {
 	// Session-level (set_config(..., false)): run once per connection.
 	// Lock strategy: none. Always one row.
 	OutboxSessionSettings(ctx context.Context) error
-	// OutboxSkipDead resolves a dead message without delivering it: dead ->
-	// skipped (done_at: when), which unblocks an ordered aggregate as delivery
-	// does but never counts as delivered. last_error keeps why it died,
-	// prefixed with the operator's reason.
-	// 0 rows: no such id, or it is not dead (nothing changed).
-	// Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
-	OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error)
 	// OutboxTableLocked reports whether another session holds, or waits for, a
 	// lock on the outbox table that conflicts with the ROW EXCLUSIVE lock every
 	// claim takes (SHARE and stronger: CREATE INDEX, most ALTER TABLE, LOCK
@@ -821,16 +701,6 @@ type Querier interface {
 	// cast takes no lock).
 	// Always one row.
 	OutboxTableLocked(ctx context.Context) (bool, error)
-	// What pgoutbox verify compares with what a consumer received.
-	// OutboxVerifyRows lists the outbox's rows keyset-paged by id (pass the
-	// last id of the previous page as @after_id, 0 for the first): each row's
-	// aggregate, its position in commit order (seq; 0 for a row without one),
-	// its status, and whether it was skipped (resolved without delivery: a
-	// dead message an operator skipped).
-	// Index: the primary key. Not for the hot path: it reads every row.
-	// 0 rows: nothing more.
-	// Lock strategy: none (a read; no row locks).
-	OutboxVerifyRows(ctx context.Context, arg OutboxVerifyRowsParams) ([]*OutboxVerifyRowsRow, error)
 	// OutboxWake wakes an idle relay for rows this transaction inserted some
 	// other way: after OutboxEnqueueMany (COPY), or after an INSERT of your own.
 	// Run it once per transaction, after the rows, outside any savepoint you

@@ -9,6 +9,19 @@ import (
 	"context"
 )
 
+const outboxNotify = `-- name: OutboxNotify :exec
+SELECT pg_notify('outbox', '')
+`
+
+// OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
+// Delivered at COMMIT when run inside a transaction.
+// Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
+// its notify lock at COMMIT). Always one row (discarded).
+func (q *Queries) OutboxNotify(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, outboxNotify)
+	return err
+}
+
 const outboxWakeAwaitIdle = `-- name: OutboxWakeAwaitIdle :exec
 SELECT pg_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485)
 `

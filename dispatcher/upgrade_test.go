@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
@@ -227,7 +227,7 @@ func TestUpgrade_FromThePreviousMigrationWhileProducersWriteLosesNothing(t *test
 		}
 	}
 	for _, id := range dead {
-		h, err := db.New(b.pool).OutboxAttemptHistory(ctx, id)
+		h, err := opsdb.New(b.pool).OutboxAttemptHistory(ctx, id)
 		if err != nil || len(h) != 5 || h[0].Kind != "dead" || h[0].Error == nil || *h[0].Error != "failure 5" {
 			t.Errorf("attempt history of dead %d after the upgrade: %d entries (%v), want 5, newest the death", id, len(h), err)
 		}

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
-func (b *bundle) history(t *testing.T, id int64) []*db.OutboxAttemptHistoryRow {
+func (b *bundle) history(t *testing.T, id int64) []*opsdb.OutboxAttemptHistoryRow {
 	t.Helper()
-	h, err := b.q.OutboxAttemptHistory(context.Background(), id)
+	h, err := b.ops.OutboxAttemptHistory(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestAttemptHistory_KeepsTheLast20AndCountsThemAll(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 10 {
-			if n, err := b.q.OutboxRedriveDead(ctx, ids[0]); err != nil || n != 1 {
+			if n, err := b.ops.OutboxRedriveDead(ctx, ids[0]); err != nil || n != 1 {
 				t.Fatalf("redrive: %d, %v", n, err)
 			}
 		}
@@ -128,7 +129,7 @@ func TestRedeliverDone_UnorderedOnly(t *testing.T) {
 	oc := b.claimOrdered(t, "w", 1)
 	b.markDone(t, oc[0])
 	pendingID := b.seed(t, 1, "p")[0]
-	got, err := b.q.OutboxRedeliverDone(ctx, db.OutboxRedeliverDoneParams{Ids: []int64{cs[0].ID, ordered[0], pendingID, 999999, cs[0].ID}, Actor: "ops"})
+	got, err := b.ops.OutboxRedeliverDone(ctx, opsdb.OutboxRedeliverDoneParams{Ids: []int64{cs[0].ID, ordered[0], pendingID, 999999, cs[0].ID}, Actor: "ops"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestRedeliverDone_KeepsTheLast5Redeliveries(t *testing.T) {
 			t.Fatalf("round %d: claimed %d", i, len(cs))
 		}
 		b.markDone(t, cs[0])
-		got, err := b.q.OutboxRedeliverDone(ctx, db.OutboxRedeliverDoneParams{Ids: []int64{id}, Actor: fmt.Sprintf("ops-%d", i)})
+		got, err := b.ops.OutboxRedeliverDone(ctx, opsdb.OutboxRedeliverDoneParams{Ids: []int64{id}, Actor: fmt.Sprintf("ops-%d", i)})
 		if err != nil || len(got) != 1 || got[0].Result != "redelivered" {
 			t.Fatalf("round %d: %+v, %v", i, got, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 // Two transactions claim at the same time, both still open: they get
@@ -261,7 +262,7 @@ func TestDeadLetter_ListRedriveSkip(t *testing.T) {
 	var listed []int64
 	after := int64(0)
 	for {
-		page, err := b.q.OutboxListDead(ctx, db.OutboxListDeadParams{AfterID: after, Limit: 3})
+		page, err := b.ops.OutboxListDead(ctx, opsdb.OutboxListDeadParams{AfterID: after, Limit: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,27 +278,27 @@ func TestDeadLetter_ListRedriveSkip(t *testing.T) {
 		t.Fatalf("dead list (-want +got):\n%s", diff)
 	}
 	other := "Other"
-	if page, err := b.q.OutboxListDead(ctx, db.OutboxListDeadParams{Limit: 10, EventType: &other}); err != nil || len(page) != 0 {
+	if page, err := b.ops.OutboxListDead(ctx, opsdb.OutboxListDeadParams{Limit: 10, EventType: &other}); err != nil || len(page) != 0 {
 		t.Fatalf("filter by event type: %v %v", page, err)
 	}
-	if n, err := b.q.OutboxRedriveDead(ctx, cs[0].ID); err != nil || n != 1 {
+	if n, err := b.ops.OutboxRedriveDead(ctx, cs[0].ID); err != nil || n != 1 {
 		t.Fatal(n, err)
 	}
 	if r := b.row(t, cs[0].ID); r.Status != "pending" || r.Attempts != 0 || !r.Available {
 		t.Fatalf("redriven: %+v", r)
 	}
 	reason := "customer deleted"
-	if n, err := b.q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: cs[1].ID, Reason: &reason}); err != nil || n != 1 {
+	if n, err := b.ops.OutboxSkipDead(ctx, opsdb.OutboxSkipDeadParams{ID: cs[1].ID, Reason: &reason}); err != nil || n != 1 {
 		t.Fatal(n, err)
 	}
 	if r := b.row(t, cs[1].ID); r.Status != "skipped" || *r.LastError != "skipped: customer deleted | 422" {
 		t.Fatalf("skipped: %+v %q", r, *r.LastError)
 	}
 	// not dead: nothing changes
-	if n, err := b.q.OutboxRedriveDead(ctx, cs[4].ID); err != nil || n != 0 {
+	if n, err := b.ops.OutboxRedriveDead(ctx, cs[4].ID); err != nil || n != 0 {
 		t.Fatalf("redrive of a processing row: n=%d err=%v", n, err)
 	}
-	if n, err := b.q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: 999999}); err != nil || n != 0 {
+	if n, err := b.ops.OutboxSkipDead(ctx, opsdb.OutboxSkipDeadParams{ID: 999999}); err != nil || n != 0 {
 		t.Fatalf("skip of a missing id: n=%d err=%v", n, err)
 	}
 }
@@ -317,7 +318,7 @@ func TestPurgeDone_BoundedAndOnlyOldDoneRows(t *testing.T) {
 	}
 	var total int64
 	for {
-		n, err := b.q.OutboxPurgeDone(ctx, db.OutboxPurgeDoneParams{OlderThan: 7 * 24 * time.Hour, Limit: 3})
+		n, err := b.ops.OutboxPurgeDone(ctx, opsdb.OutboxPurgeDoneParams{OlderThan: 7 * 24 * time.Hour, Limit: 3})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,18 +14,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
 type bundle struct {
 	pool *pgxpool.Pool
 	q    *db.Queries
+	ops  *opsdb.Queries
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	return &bundle{pool: pool, q: db.New(pool)}
+	return &bundle{pool: pool, q: db.New(pool), ops: opsdb.New(pool)}
 }
 
 // seed inserts n unordered events for aggregate agg and returns their ids.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/db/dbcopy"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
@@ -647,7 +648,7 @@ func TestOrderedClaim_DeadHeadBlocksOnlyItsAggregate(t *testing.T) {
 	}
 	// Skipping the dead head unblocks the aggregate.
 	reason := "bad data, skipped by ops"
-	if n, err := b.q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: blocked[0], Reason: &reason}); err != nil || n != 1 {
+	if n, err := b.ops.OutboxSkipDead(ctx, opsdb.OutboxSkipDeadParams{ID: blocked[0], Reason: &reason}); err != nil || n != 1 {
 		t.Fatal(n, err)
 	}
 	got := claimOrderedN(t, b, 2)

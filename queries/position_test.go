@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 // pos is an ordered event's position as a claim returns it.
@@ -54,7 +55,7 @@ func drainPositions(t *testing.T, b *bundle, skip map[int64]bool) map[string][]p
 			if got, err := finalizeOne(ctx, b.q, c, "dead", 0, "boom", 0); err != nil || got != "dead" {
 				t.Fatalf("dead %d: %q %v", r.ID, got, err)
 			}
-			if n, err := b.q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: r.ID}); err != nil || n != 1 {
+			if n, err := b.ops.OutboxSkipDead(ctx, opsdb.OutboxSkipDeadParams{ID: r.ID}); err != nil || n != 1 {
 				t.Fatalf("skip %d: %d %v", r.ID, n, err)
 			}
 		}

@@ -63,3 +63,10 @@ SELECT set_config('lock_timeout', @lock_timeout::text, false),
        set_config('tcp_keepalives_interval', '5', false),
        set_config('tcp_keepalives_count', '3', false),
        set_config('tcp_user_timeout', '30000', false);
+
+-- OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
+-- Delivered at COMMIT when run inside a transaction.
+-- Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
+-- its notify lock at COMMIT). Always one row (discarded).
+-- name: OutboxNotify :exec
+SELECT pg_notify('outbox', '');

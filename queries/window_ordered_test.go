@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 // claimOrdered is windowClaimer.claim for heads (OutboxClaimOrderedWindow).
@@ -248,10 +249,10 @@ func TestClaimOrderedWindow_HeadsUnderConcurrentProducersAndEveryOutcome(t *test
 					t.Fatal(err)
 				}
 				if x == 8 {
-					if _, err := b.q.OutboxRedriveDead(ctx, r.ID); err != nil {
+					if _, err := b.ops.OutboxRedriveDead(ctx, r.ID); err != nil {
 						t.Fatal(err)
 					}
-				} else if _, err := b.q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: r.ID, Reason: &skipReason}); err != nil {
+				} else if _, err := b.ops.OutboxSkipDead(ctx, opsdb.OutboxSkipDeadParams{ID: r.ID, Reason: &skipReason}); err != nil {
 					t.Fatal(err)
 				}
 			}

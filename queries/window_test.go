@@ -385,7 +385,7 @@ func TestClaimWindow_Lanes(t *testing.T) {
 		fin(1, "defer", 0, "busy")
 		fin(2, "release", 0, "")
 		fin(3, "dead", 0, "bad")
-		mustRows(b.q.OutboxRedriveDead(ctx, seeded[3]))
+		mustRows(b.ops.OutboxRedriveDead(ctx, seeded[3]))
 		fin(4, "dead", 0, "bad")
 		if _, err := b.pool.Exec(ctx, `UPDATE outbox SET status = 'pending' WHERE id = $1`, seeded[4]); err != nil {
 			t.Fatal(err)

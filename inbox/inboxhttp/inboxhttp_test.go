@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/inbox"
 	"github.com/pgoutbox/pgoutbox/inbox/inboxhttp"
@@ -378,7 +378,7 @@ func TestHandler_SkippedPredecessorArrivesAsAGap(t *testing.T) {
 	})
 	runDispatcher(t, outboxDB, failing)
 	inboxtest.WaitCount(t, outboxDB, 1, time.Minute, `SELECT count(*) FROM outbox WHERE id = $1::bigint AND status = 'dead'`, ids[1])
-	if n, err := db.New(outboxDB).OutboxSkipDead(context.Background(), db.OutboxSkipDeadParams{ID: mustID(t, ids[1])}); err != nil || n != 1 {
+	if n, err := opsdb.New(outboxDB).OutboxSkipDead(context.Background(), opsdb.OutboxSkipDeadParams{ID: mustID(t, ids[1])}); err != nil || n != 1 {
 		t.Fatalf("skip: %d %v", n, err)
 	}
 	inboxtest.WaitCount(t, consumerDB, 2, time.Minute, `SELECT count(*) FROM effects`)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/pgoutbox/db"
 	"github.com/pgoutbox/pgoutbox/db/consoledb"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 // historyJSON is one attempt-history entry in --json output.
@@ -79,7 +79,6 @@ func (a *app) deadShow(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	q := a.queries(pool)
 	m, err := consoledb.New(a.dbtx(pool)).OutboxConsoleMessage(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return failf("dead show: no message %d (never existed, or purged)", id)
@@ -87,7 +86,7 @@ func (a *app) deadShow(ctx context.Context, args []string) error {
 	if err != nil {
 		return a.dbError("dead show", err)
 	}
-	h, err := q.OutboxAttemptHistory(ctx, id)
+	h, err := a.ops(pool).OutboxAttemptHistory(ctx, id)
 	if err != nil {
 		return a.dbError("dead show: history", err)
 	}
@@ -223,7 +222,7 @@ func (a *app) redeliver(ctx context.Context, args []string) error {
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
 	q := a.queries(tx)
 	actor := a.cliActor()
-	rows, err := q.OutboxRedeliverDone(ctx, db.OutboxRedeliverDoneParams{Ids: ids, Actor: actor})
+	rows, err := a.ops(tx).OutboxRedeliverDone(ctx, opsdb.OutboxRedeliverDoneParams{Ids: ids, Actor: actor})
 	if err != nil {
 		return a.dbError("redeliver", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/redact"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -142,6 +143,10 @@ func (a *app) dbtx(dbtx db.DBTX) db.DBTX {
 
 // queries is package db's queries on the command's table.
 func (a *app) queries(dbtx db.DBTX) *db.Queries { return db.New(a.dbtx(dbtx)) }
+
+// ops is package opsdb's queries (the operators' statements) on the
+// command's table.
+func (a *app) ops(dbtx db.DBTX) *opsdb.Queries { return opsdb.New(a.dbtx(dbtx)) }
 
 // checkSchema fails unless the outbox table is usable: the table, its
 // columns and attempt history table (whoever applied the migrations, with whatever goose

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 // deadFilter is the --event-type / --aggregate-type / --aggregate-id filter
@@ -32,8 +32,8 @@ func (d *deadFilter) any() bool {
 	return *d.eventType != "" || *d.aggregateType != "" || *d.aggregateID != ""
 }
 
-func (d *deadFilter) params(afterID int64, limit int32) db.OutboxListDeadParams {
-	p := db.OutboxListDeadParams{AfterID: afterID, Limit: limit}
+func (d *deadFilter) params(afterID int64, limit int32) opsdb.OutboxListDeadParams {
+	p := opsdb.OutboxListDeadParams{AfterID: afterID, Limit: limit}
 	if *d.eventType != "" {
 		p.EventType = d.eventType
 	}
@@ -89,7 +89,7 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	rows, err := a.queries(pool).OutboxListDead(ctx, filter.params(*afterID, int32(*limit)))
+	rows, err := a.ops(pool).OutboxListDead(ctx, filter.params(*afterID, int32(*limit)))
 	if err != nil {
 		return a.dbError("dead list", err)
 	}
@@ -132,7 +132,7 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 }
 
 // renderDeadRows writes dead messages as a table.
-func renderDeadRows(w io.Writer, rows []*db.OutboxListDeadRow) error {
+func renderDeadRows(w io.Writer, rows []*opsdb.OutboxListDeadRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED AT\tLAST ERROR")
 	for _, r := range rows {
@@ -175,7 +175,7 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 		"  pgoutbox dead retry 4711 4712\n"+
 			"  pgoutbox dead retry --all-matching --event-type OrderPaid\n"+
 			"  pgoutbox dead retry --all-matching --yes          # every dead message, no prompt")
-	return a.deadAct(ctx, f, args, "retry", "retried", func(ctx context.Context, q *db.Queries, id int64, _ *string) (int64, error) {
+	return a.deadAct(ctx, f, args, "retry", "retried", func(ctx context.Context, q *opsdb.Queries, id int64, _ *string) (int64, error) {
 		return q.OutboxRedriveDead(ctx, id)
 	})
 }
@@ -188,8 +188,8 @@ func (a *app) deadSkip(ctx context.Context, args []string) error {
 			"--reason is required. Ids and --all-matching work as in `dead retry`.",
 		"  pgoutbox dead skip 4711 --reason 'customer deleted, nothing to notify'\n"+
 			"  pgoutbox dead skip --all-matching --aggregate-id o-1 --reason 'replayed by hand' --yes")
-	return a.deadAct(ctx, f, args, "skip", "skipped", func(ctx context.Context, q *db.Queries, id int64, reason *string) (int64, error) {
-		return q.OutboxSkipDead(ctx, db.OutboxSkipDeadParams{ID: id, Reason: reason})
+	return a.deadAct(ctx, f, args, "skip", "skipped", func(ctx context.Context, q *opsdb.Queries, id int64, reason *string) (int64, error) {
+		return q.OutboxSkipDead(ctx, opsdb.OutboxSkipDeadParams{ID: id, Reason: reason})
 	})
 }
 
@@ -197,7 +197,7 @@ func (a *app) deadSkip(ctx context.Context, args []string) error {
 // of the filters, listed with keyset paging before anything changes), ask
 // for confirmation, then act in bounded batches, each its own transaction.
 func (a *app) deadAct(ctx context.Context, f *flags, args []string, verb, done string,
-	act func(context.Context, *db.Queries, int64, *string) (int64, error)) error {
+	act func(context.Context, *opsdb.Queries, int64, *string) (int64, error)) error {
 	dbURL := f.databaseURLs(false)
 	all := f.Bool("all-matching", false, "act on every dead message matching the filters (all dead messages without filters)")
 	yes := f.Bool("yes", false, "do not ask for confirmation (--all-matching)")
@@ -249,11 +249,10 @@ func (a *app) deadAct(ctx context.Context, f *flags, args []string, verb, done s
 		return err
 	}
 	defer pool.Close()
-	q := a.queries(pool)
 
 	if *all {
 		for after := int64(0); ; {
-			page, err := q.OutboxListDead(ctx, filter.params(after, 1000))
+			page, err := a.ops(pool).OutboxListDead(ctx, filter.params(after, 1000))
 			if err != nil {
 				return a.dbError("dead "+verb, err)
 			}
@@ -325,23 +324,23 @@ func (a *app) deadAct(ctx context.Context, f *flags, args []string, verb, done s
 // deadBatch acts on ids in one transaction; for retry it also NOTIFYs
 // (delivered at COMMIT) so idle dispatchers pick the messages up at once.
 func (a *app) deadBatch(ctx context.Context, pool *pgxpool.Pool, ids []int64, verb string, reason *string,
-	act func(context.Context, *db.Queries, int64, *string) (int64, error)) (changed, notDead []int64, err error) {
+	act func(context.Context, *opsdb.Queries, int64, *string) (int64, error)) (changed, notDead []int64, err error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return nil, nil, a.dbError("dead "+verb, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
-	q := a.queries(tx)
+	q, ops := a.queries(tx), a.ops(tx)
 	if verb == "skip" {
 		// Skipping a dead head hands its aggregate on, under the
 		// aggregate's lock: take every lock of the batch first, in the
 		// order producers' COMMITs take them, never one by one in id order.
-		if _, err := q.OutboxLockAggregatesOfIds(ctx, ids); err != nil {
+		if _, err := ops.OutboxLockAggregatesOfIds(ctx, ids); err != nil {
 			return nil, nil, a.dbError("dead skip: lock the aggregates", err)
 		}
 	}
 	for _, id := range ids {
-		n, err := act(ctx, q, id, reason)
+		n, err := act(ctx, ops, id, reason)
 		if err != nil {
 			return nil, nil, a.dbError(fmt.Sprintf("dead %s %d", verb, id), err)
 		}

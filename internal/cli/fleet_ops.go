@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/fleet"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
@@ -164,14 +164,14 @@ func (a *app) deadListFleet(ctx context.Context, f *flags, filter *deadFilter, a
 	if err != nil {
 		return err
 	}
-	pages := make([][]*db.OutboxListDeadRow, len(dbs))
+	pages := make([][]*opsdb.OutboxListDeadRow, len(dbs))
 	errs := a.eachDatabase(ctx, dbs, fleetParallel, func(ctx context.Context, da *app, i int, d fleet.Database) error {
 		p, err := da.fleetPool(ctx, f, d)
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		pages[i], err = da.queries(p).OutboxListDead(ctx, filter.params(afterID, int32(limit)))
+		pages[i], err = da.ops(p).OutboxListDead(ctx, filter.params(afterID, int32(limit)))
 		return err
 	})
 	failed := 0
@@ -229,7 +229,7 @@ func (a *app) deadListFleet(ctx context.Context, f *flags, filter *deadFilter, a
 // databases: every match of every database is listed first, confirmed once,
 // then changed database by database in batches.
 func (a *app) deadActFleet(ctx context.Context, f *flags, filter *deadFilter, yes bool, batch int, reason *string, verb, done string,
-	act func(context.Context, *db.Queries, int64, *string) (int64, error)) error {
+	act func(context.Context, *opsdb.Queries, int64, *string) (int64, error)) error {
 	dbs, err := a.fleetDatabases(ctx, f)
 	if err != nil {
 		return err
@@ -250,7 +250,7 @@ func (a *app) deadActFleet(ctx context.Context, f *flags, filter *deadFilter, ye
 		}
 		pools[i] = p
 		for after := int64(0); ; {
-			page, err := da.queries(p).OutboxListDead(ctx, filter.params(after, 1000))
+			page, err := da.ops(p).OutboxListDead(ctx, filter.params(after, 1000))
 			if err != nil {
 				return err
 			}
@@ -327,7 +327,7 @@ func (a *app) purgeFleet(ctx context.Context, f *flags, olderThan time.Duration,
 		}
 		var n int64
 		for ctx.Err() == nil {
-			k, err := a.queries(p).OutboxPurgeDone(context.WithoutCancel(ctx), db.OutboxPurgeDoneParams{OlderThan: olderThan, Limit: batch})
+			k, err := a.ops(p).OutboxPurgeDone(context.WithoutCancel(ctx), opsdb.OutboxPurgeDoneParams{OlderThan: olderThan, Limit: batch})
 			if err != nil {
 				failed++
 				fmt.Fprintf(a.stdout, "%s: deleted %d, then: %s\n", cell(d.Name, 40), n, a.errText(err))

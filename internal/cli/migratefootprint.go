@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 // A table migrated outside pgoutbox's version table (an application's own
@@ -168,8 +168,7 @@ func readFootprint(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, relation
 			kinds, objs = append(kinds, o.kind), append(objs, o.name)
 		}
 	}
-	q := db.New(pool)
-	rows, err := q.OutboxSchemaObjects(ctx, db.OutboxSchemaObjectsParams{Kinds: kinds, Names: objs, Relation: relation})
+	rows, err := opsdb.New(pool).OutboxSchemaObjects(ctx, opsdb.OutboxSchemaObjectsParams{Kinds: kinds, Names: objs, Relation: relation})
 	if err != nil {
 		return footprintStatus{}, err
 	}
@@ -202,7 +201,7 @@ func readFootprint(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, relation
 			st.missing = append(st.missing, n)
 		}
 	}
-	st.tables, err = q.OutboxGooseVersionTables(ctx)
+	st.tables, err = opsdb.New(pool).OutboxGooseVersionTables(ctx)
 	return st, err
 }
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 // purgeStatuses are the statuses `purge --status` accepts: the outcomes a
@@ -68,7 +68,6 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	q := a.queries(pool)
 	age := formatFlagDuration(*olderThan)
 	what := strings.Join(statuses, " and ")
 	var total int64
@@ -100,7 +99,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	if purgeDone {
 		for {
 			more, err := step(func() (int64, error) {
-				return q.OutboxPurgeDone(context.WithoutCancel(ctx), db.OutboxPurgeDoneParams{OlderThan: *olderThan, Limit: int32(*batch)})
+				return a.ops(pool).OutboxPurgeDone(context.WithoutCancel(ctx), opsdb.OutboxPurgeDoneParams{OlderThan: *olderThan, Limit: int32(*batch)})
 			})
 			if err != nil {
 				return err
@@ -114,7 +113,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		after := int64(0)
 		for {
 			more, err := step(func() (int64, error) {
-				ids, err := q.OutboxPurgeResolved(context.WithoutCancel(ctx), db.OutboxPurgeResolvedParams{
+				ids, err := a.ops(pool).OutboxPurgeResolved(context.WithoutCancel(ctx), opsdb.OutboxPurgeResolvedParams{
 					Statuses: resolved, AfterID: after, OlderThan: *olderThan, Limit: int32(*batch)})
 				if len(ids) > 0 {
 					after = ids[len(ids)-1]

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 )
 
 const verifyAbout = `Compares what a consumer received with the outbox, and reports per aggregate what
@@ -41,7 +41,7 @@ Exit status 1 when anything is missing or out of order (or an inbox still has
 parked events), 0 otherwise.`
 
 // verifyRow is one outbox row, as OutboxVerifyRows returns it.
-type verifyRow = db.OutboxVerifyRowsRow
+type verifyRow = opsdb.OutboxVerifyRowsRow
 
 // receipt is what a receiver holds of one event (by CloudEvents id).
 type receipt struct {
@@ -334,9 +334,8 @@ func (a *app) verify(ctx context.Context, args []string) error {
 		return err
 	}
 	var rows []verifyRow
-	q := a.queries(pool)
 	for after := int64(0); ; {
-		page, err := q.OutboxVerifyRows(ctx, db.OutboxVerifyRowsParams{AfterID: after, Limit: 10000})
+		page, err := a.ops(pool).OutboxVerifyRows(ctx, opsdb.OutboxVerifyRowsParams{AfterID: after, Limit: 10000})
 		if err != nil {
 			return a.dbError("verify: read the outbox", err)
 		}

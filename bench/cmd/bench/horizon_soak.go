@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
@@ -136,7 +136,7 @@ func runSoak(ctx context.Context, e *env) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		q := db.New(e.outbox)
+		q := opsdb.New(e.outbox)
 		tick := time.NewTicker(so.purgeEvery)
 		defer tick.Stop()
 		for {
@@ -148,7 +148,7 @@ func runSoak(ctx context.Context, e *env) error {
 			t0 := time.Now()
 			before := deleted.Load()
 			for runCtx.Err() == nil {
-				n, err := q.OutboxPurgeDone(runCtx, db.OutboxPurgeDoneParams{OlderThan: so.retain, Limit: purgeBatchCLI})
+				n, err := q.OutboxPurgeDone(runCtx, opsdb.OutboxPurgeDoneParams{OlderThan: so.retain, Limit: purgeBatchCLI})
 				if err != nil {
 					if runCtx.Err() == nil {
 						errs <- fmt.Errorf("purge: %w", err)
@@ -480,9 +480,9 @@ func retentionAlone(ctx context.Context, e *env, n, batch int) (retentionResult,
 // deletes nothing while finished() holds; it naps 50 ms when it deletes
 // nothing.
 func purgeLoop(ctx context.Context, pool *pgxpool.Pool, batch int, deleted *atomic.Int64, finished func() bool) error {
-	q := db.New(pool)
+	q := opsdb.New(pool)
 	for ctx.Err() == nil {
-		n, err := q.OutboxPurgeDone(ctx, db.OutboxPurgeDoneParams{OlderThan: retentionAge, Limit: int32(batch)})
+		n, err := q.OutboxPurgeDone(ctx, opsdb.OutboxPurgeDoneParams{OlderThan: retentionAge, Limit: int32(batch)})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

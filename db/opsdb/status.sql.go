@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: status.sql
 
-package db
+package opsdb
 
 import (
 	"context"

@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: verify.sql
 
-package db
+package opsdb
 
 import (
 	"context"

@@ -147,10 +147,3 @@ history AS (
      WHERE message_id = ANY (ARRAY(SELECT g.id FROM gone AS g))
 )
 SELECT g.id FROM gone AS g ORDER BY g.id;
-
--- OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
--- Delivered at COMMIT when run inside a transaction.
--- Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
--- its notify lock at COMMIT). Always one row (discarded).
--- name: OutboxNotify :exec
-SELECT pg_notify('outbox', '');

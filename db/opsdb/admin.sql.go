@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: admin.sql
 
-package db
+package opsdb
 
 import (
 	"context"
@@ -106,19 +106,6 @@ func (q *Queries) OutboxLockAggregatesOfIds(ctx context.Context, ids []int64) (i
 	var locked int32
 	err := row.Scan(&locked)
 	return locked, err
-}
-
-const outboxNotify = `-- name: OutboxNotify :exec
-SELECT pg_notify('outbox', '')
-`
-
-// OutboxNotify wakes idle dispatchers (the channel OutboxEnqueue notifies on).
-// Delivered at COMMIT when run inside a transaction.
-// Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
-// its notify lock at COMMIT). Always one row (discarded).
-func (q *Queries) OutboxNotify(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, outboxNotify)
-	return err
 }
 
 const outboxPurgeDone = `-- name: OutboxPurgeDone :one

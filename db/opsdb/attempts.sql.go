@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: attempts.sql
 
-package db
+package opsdb
 
 import (
 	"context"
