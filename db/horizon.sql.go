@@ -30,6 +30,7 @@ type OutboxDeadTuplesRow struct {
 // last finished on it, database clock (-1: never since the statistics were
 // reset).
 // Lock strategy: none. Always one row (zeros before any statistics).
+// Index: none (one row of the statistics view pg_stat_user_tables; no table read).
 func (q *Queries) OutboxDeadTuples(ctx context.Context) (*OutboxDeadTuplesRow, error) {
 	row := q.db.QueryRow(ctx, outboxDeadTuples)
 	var i OutboxDeadTuplesRow

@@ -28,6 +28,8 @@ type OutboxAttemptsHistogramRow struct {
 // (retries piling up).
 // Lock strategy: none (a read; no row locks).
 // No rows: nothing undelivered.
+// Index: none: it scans the table (done rows included), as
+// OutboxCountByStatus does; run it at monitoring intervals (`pgoutbox stats`).
 func (q *Queries) OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error) {
 	rows, err := q.db.Query(ctx, outboxAttemptsHistogram)
 	if err != nil {

@@ -13,6 +13,8 @@ type Querier interface {
 	// (retries piling up).
 	// Lock strategy: none (a read; no row locks).
 	// No rows: nothing undelivered.
+	// Index: none: it scans the table (done rows included), as
+	// OutboxCountByStatus does; run it at monitoring intervals (`pgoutbox stats`).
 	OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error)
 	// OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 	// been delivered for longer than @stalled_after (database clock), with the
@@ -235,6 +237,7 @@ type Querier interface {
 	// cursor over once. When server changes, or xmax goes back, the caller
 	// starts its cursor over.
 	// Lock strategy: none. Always one row.
+	// Index: none (no table read).
 	OutboxClaimSnapshot(ctx context.Context) (*OutboxClaimSnapshotRow, error)
 	// OutboxClaimWindow claims up to @batch unordered pending messages that are
 	// new to the cursor, in three lanes. Each lane reads at most @batch rows and
@@ -287,6 +290,7 @@ type Querier interface {
 	// last finished on it, database clock (-1: never since the statistics were
 	// reset).
 	// Lock strategy: none. Always one row (zeros before any statistics).
+	// Index: none (one row of the statistics view pg_stat_user_tables; no table read).
 	OutboxDeadTuples(ctx context.Context) (*OutboxDeadTuplesRow, error)
 	// Queries producers run inside their business transaction: the row commits or
 	// rolls back together with the business change, which is the point of an outbox.
@@ -496,6 +500,7 @@ type Querier interface {
 	// Delivered at COMMIT when run inside a transaction.
 	// Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
 	// its notify lock at COMMIT). Always one row (discarded).
+	// Index: none (no table read).
 	OutboxNotify(ctx context.Context) error
 	// OutboxOldestPendingAge: age in seconds of the oldest undelivered message
 	// (pending or processing), on the database clock; 0 when there is none. The
@@ -690,6 +695,7 @@ type Querier interface {
 	// is left alone, so on a database with the defaults nothing is set.
 	// Session-level (set_config(..., false)): run once per connection.
 	// Lock strategy: none. Always one row.
+	// Index: none (no table read).
 	OutboxSessionSettings(ctx context.Context) error
 	// OutboxTableLocked reports whether another session holds, or waits for, a
 	// lock on the outbox table that conflicts with the ROW EXCLUSIVE lock every
@@ -728,6 +734,7 @@ type Querier interface {
 	// 1869968485).
 	// false: the session did not hold it (PostgreSQL also logs a warning).
 	// Always one row.
+	// Index: none (no table read).
 	OutboxWakeBusy(ctx context.Context) (bool, error)
 	// The relay's side of the producers' wake-up (migration 00015). A
 	// producer's transaction queues a NOTIFY only while a relay holds the idle
@@ -756,6 +763,7 @@ type Querier interface {
 	// take the lock. (Ignored on Unix-domain sockets and where the platform
 	// lacks them.)
 	// Lock strategy: none. Always one row.
+	// Index: none (no table read).
 	OutboxWakeSession(ctx context.Context, lockTimeout string) error
 }
 

@@ -37,6 +37,7 @@ SELECT CASE WHEN current_setting('default_transaction_isolation') <> 'read commi
 // is left alone, so on a database with the defaults nothing is set.
 // Session-level (set_config(..., false)): run once per connection.
 // Lock strategy: none. Always one row.
+// Index: none (no table read).
 func (q *Queries) OutboxSessionSettings(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, outboxSessionSettings)
 	return err

@@ -17,6 +17,7 @@ SELECT pg_notify('outbox', '')
 // Delivered at COMMIT when run inside a transaction.
 // Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
 // its notify lock at COMMIT). Always one row (discarded).
+// Index: none (no table read).
 func (q *Queries) OutboxNotify(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, outboxNotify)
 	return err
@@ -51,6 +52,7 @@ SELECT pg_advisory_unlock(('outbox'::regclass)::oid::integer, 1869968485) AS rel
 // 1869968485).
 // false: the session did not hold it (PostgreSQL also logs a warning).
 // Always one row.
+// Index: none (no table read).
 func (q *Queries) OutboxWakeBusy(ctx context.Context) (bool, error) {
 	row := q.db.QueryRow(ctx, outboxWakeBusy)
 	var released bool
@@ -116,6 +118,7 @@ SELECT set_config('lock_timeout', $1::text, false),
 // take the lock. (Ignored on Unix-domain sockets and where the platform
 // lacks them.)
 // Lock strategy: none. Always one row.
+// Index: none (no table read).
 func (q *Queries) OutboxWakeSession(ctx context.Context, lockTimeout string) error {
 	_, err := q.db.Exec(ctx, outboxWakeSession, lockTimeout)
 	return err

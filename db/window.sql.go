@@ -519,6 +519,7 @@ type OutboxClaimSnapshotRow struct {
 // cursor over once. When server changes, or xmax goes back, the caller
 // starts its cursor over.
 // Lock strategy: none. Always one row.
+// Index: none (no table read).
 func (q *Queries) OutboxClaimSnapshot(ctx context.Context) (*OutboxClaimSnapshotRow, error) {
 	row := q.db.QueryRow(ctx, outboxClaimSnapshot)
 	var i OutboxClaimSnapshotRow

@@ -53,18 +53,25 @@ func queryFiles(t *testing.T) []annotated {
 }
 
 // Every query under queries/ opens with its own comment (not only its file's
-// header), saying what it does, its lock strategy ("Lock strategy: ...") and
-// what an empty result means: a reviewer reads one query at a time, and
-// sqlc copies that comment onto the generated method.
+// header), saying what it does, its lock strategy ("Lock strategy: ..."),
+// which index serves it (or that it reads no table, or scans it) and what an
+// empty result means: a reviewer reads one query at a time, and sqlc copies
+// that comment onto the generated method.
 func TestEveryQuerySaysItsLockStrategyAndWhatNoRowsMeans(t *testing.T) {
 	// What an empty result means, in one of the forms the queries use.
 	rowsRE := regexp.MustCompile(`(?i)0 rows|no rows?\b|always one row|one row|rows affected|0 is the normal|returns|nothing`)
+	// Which index serves it, in one of the forms the queries use (an INSERT
+	// reads none; a catalog or lock-manager read has no table index).
+	indexRE := regexp.MustCompile(`(?i)\bindex(es)?\b|access path|primary key|no table read|pg_locks|catalog|scans the table|\binsert`)
 	for _, q := range queryFiles(t) {
 		if !strings.HasPrefix(q.comment, "-- "+q.name+" ") && !strings.HasPrefix(q.comment, "-- "+q.name+":") {
 			t.Errorf("%s: %s: its comment does not open with its name", q.path, q.name)
 		}
 		if !strings.Contains(q.comment, "Lock strategy:") {
 			t.Errorf("%s: %s: its comment does not say its lock strategy (Lock strategy: ...)", q.path, q.name)
+		}
+		if !indexRE.MatchString(q.comment) {
+			t.Errorf("%s: %s: its comment does not say which index serves it", q.path, q.name)
 		}
 		if !rowsRE.MatchString(q.comment) {
 			t.Errorf("%s: %s (:%s): its comment does not say what an empty result means", q.path, q.name, q.command)

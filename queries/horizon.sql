@@ -64,6 +64,7 @@ SELECT h.kind::text AS kind,
 -- last finished on it, database clock (-1: never since the statistics were
 -- reset).
 -- Lock strategy: none. Always one row (zeros before any statistics).
+-- Index: none (one row of the statistics view pg_stat_user_tables; no table read).
 -- name: OutboxDeadTuples :one
 SELECT coalesce(s.n_dead_tup, 0)::bigint AS dead_tuples,
        coalesce(s.n_live_tup, 0)::bigint AS live_tuples,

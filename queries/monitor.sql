@@ -78,6 +78,8 @@ SELECT count(*) AS expired_leases
 -- (retries piling up).
 -- Lock strategy: none (a read; no row locks).
 -- No rows: nothing undelivered.
+-- Index: none: it scans the table (done rows included), as
+-- OutboxCountByStatus does; run it at monitoring intervals (`pgoutbox stats`).
 -- name: OutboxAttemptsHistogram :many
 SELECT attempts, count(*) AS count
   FROM outbox

@@ -13,6 +13,7 @@
 -- is left alone, so on a database with the defaults nothing is set.
 -- Session-level (set_config(..., false)): run once per connection.
 -- Lock strategy: none. Always one row.
+-- Index: none (no table read).
 -- name: OutboxSessionSettings :exec
 SELECT CASE WHEN current_setting('default_transaction_isolation') <> 'read committed'
             THEN set_config('default_transaction_isolation', 'read committed', false) END,

@@ -44,6 +44,7 @@ SELECT pg_advisory_lock(('outbox'::regclass)::oid::integer, 1869968485);
 -- 1869968485).
 -- false: the session did not hold it (PostgreSQL also logs a warning).
 -- Always one row.
+-- Index: none (no table read).
 -- name: OutboxWakeBusy :one
 SELECT pg_advisory_unlock(('outbox'::regclass)::oid::integer, 1869968485) AS released;
 
@@ -57,6 +58,7 @@ SELECT pg_advisory_unlock(('outbox'::regclass)::oid::integer, 1869968485) AS rel
 -- take the lock. (Ignored on Unix-domain sockets and where the platform
 -- lacks them.)
 -- Lock strategy: none. Always one row.
+-- Index: none (no table read).
 -- name: OutboxWakeSession :exec
 SELECT set_config('lock_timeout', @lock_timeout::text, false),
        set_config('tcp_keepalives_idle', '10', false),
@@ -68,5 +70,6 @@ SELECT set_config('lock_timeout', @lock_timeout::text, false),
 -- Delivered at COMMIT when run inside a transaction.
 -- Lock strategy: none (pg_notify queues the notification; PostgreSQL takes
 -- its notify lock at COMMIT). Always one row (discarded).
+-- Index: none (no table read).
 -- name: OutboxNotify :exec
 SELECT pg_notify('outbox', '');

@@ -49,6 +49,7 @@
 -- cursor over once. When server changes, or xmax goes back, the caller
 -- starts its cursor over.
 -- Lock strategy: none. Always one row.
+-- Index: none (no table read).
 -- name: OutboxClaimSnapshot :one
 SELECT pg_current_snapshot()::text AS snapshot,
        (pg_snapshot_xmax(pg_current_snapshot())::text)::bigint AS xmax,

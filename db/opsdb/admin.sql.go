@@ -283,7 +283,11 @@ type OutboxSkipDeadParams struct {
 // does but never counts as delivered. last_error keeps why it died,
 // prefixed with the operator's reason.
 // 0 rows: no such id, or it is not dead (nothing changed).
-// Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead'.
+// Lock strategy: a single-row UPDATE by primary key, guarded by status = 'dead';
+// skipping an ordered head hands its aggregate on (the trigger
+// outbox_head_handoff) under the aggregate's advisory lock: a caller that
+// skips several in one transaction takes their locks first, in key order,
+// with OutboxLockAggregatesOfIds.
 func (q *Queries) OutboxSkipDead(ctx context.Context, arg OutboxSkipDeadParams) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxSkipDead, arg.Reason, arg.ID)
 	if err != nil {

@@ -251,8 +251,9 @@ func (a *app) deadAct(ctx context.Context, f *flags, args []string, verb, done s
 	defer pool.Close()
 
 	if *all {
+		ops := a.ops(pool)
 		for after := int64(0); ; {
-			page, err := a.ops(pool).OutboxListDead(ctx, filter.params(after, 1000))
+			page, err := ops.OutboxListDead(ctx, filter.params(after, 1000))
 			if err != nil {
 				return a.dbError("dead "+verb, err)
 			}

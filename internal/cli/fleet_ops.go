@@ -249,8 +249,9 @@ func (a *app) deadActFleet(ctx context.Context, f *flags, filter *deadFilter, ye
 			return err
 		}
 		pools[i] = p
+		ops := da.ops(p)
 		for after := int64(0); ; {
-			page, err := da.ops(p).OutboxListDead(ctx, filter.params(after, 1000))
+			page, err := ops.OutboxListDead(ctx, filter.params(after, 1000))
 			if err != nil {
 				return err
 			}
@@ -326,8 +327,9 @@ func (a *app) purgeFleet(ctx context.Context, f *flags, olderThan time.Duration,
 			continue
 		}
 		var n int64
+		ops := a.ops(p)
 		for ctx.Err() == nil {
-			k, err := a.ops(p).OutboxPurgeDone(context.WithoutCancel(ctx), opsdb.OutboxPurgeDoneParams{OlderThan: olderThan, Limit: batch})
+			k, err := ops.OutboxPurgeDone(context.WithoutCancel(ctx), opsdb.OutboxPurgeDoneParams{OlderThan: olderThan, Limit: batch})
 			if err != nil {
 				failed++
 				fmt.Fprintf(a.stdout, "%s: deleted %d, then: %s\n", cell(d.Name, 40), n, a.errText(err))

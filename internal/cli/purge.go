@@ -96,10 +96,11 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stderr, "purge: deleted %d (total %d)\n", n, total)
 		return true, nil
 	}
+	ops := a.ops(pool)
 	if purgeDone {
 		for {
 			more, err := step(func() (int64, error) {
-				return a.ops(pool).OutboxPurgeDone(context.WithoutCancel(ctx), opsdb.OutboxPurgeDoneParams{OlderThan: *olderThan, Limit: int32(*batch)})
+				return ops.OutboxPurgeDone(context.WithoutCancel(ctx), opsdb.OutboxPurgeDoneParams{OlderThan: *olderThan, Limit: int32(*batch)})
 			})
 			if err != nil {
 				return err
@@ -113,7 +114,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		after := int64(0)
 		for {
 			more, err := step(func() (int64, error) {
-				ids, err := a.ops(pool).OutboxPurgeResolved(context.WithoutCancel(ctx), opsdb.OutboxPurgeResolvedParams{
+				ids, err := ops.OutboxPurgeResolved(context.WithoutCancel(ctx), opsdb.OutboxPurgeResolvedParams{
 					Statuses: resolved, AfterID: after, OlderThan: *olderThan, Limit: int32(*batch)})
 				if len(ids) > 0 {
 					after = ids[len(ids)-1]

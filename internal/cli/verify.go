@@ -334,8 +334,9 @@ func (a *app) verify(ctx context.Context, args []string) error {
 		return err
 	}
 	var rows []verifyRow
+	ops := a.ops(pool)
 	for after := int64(0); ; {
-		page, err := a.ops(pool).OutboxVerifyRows(ctx, opsdb.OutboxVerifyRowsParams{AfterID: after, Limit: 10000})
+		page, err := ops.OutboxVerifyRows(ctx, opsdb.OutboxVerifyRowsParams{AfterID: after, Limit: 10000})
 		if err != nil {
 			return a.dbError("verify: read the outbox", err)
 		}
