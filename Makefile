@@ -17,9 +17,12 @@ all: verify test
 generate:
 	$(SQLC) generate
 
-## verify: generated code current, go.mod and tools.mod tidy, vet, gofmt
+## verify: generated code current, migrations/schema.sql equal to what the
+## migrations build (on a throwaway PostgreSQL, as the tests), go.mod and
+## tools.mod tidy, vet, gofmt
 verify:
 	$(SQLC) diff
+	$(GO) test -count=1 -run '^TestSchemaFile_' ./migrations
 	$(GO) mod tidy -diff
 	$(GO) mod tidy -modfile=tools.mod -diff
 	cd bench && $(GO) mod tidy -diff

@@ -8,13 +8,17 @@
 //
 // # Reading the loop
 //
-// The loop claim → publish → fenced finalize runs in three files, one step
-// each:
-//   - claim: claimLoop in dispatcher.go, a short transaction that commits
-//     before anything is published;
-//   - publish: runJob in worker.go, outside any transaction, within the lease;
-//   - finalize: writeResults in finalizer.go, every write fenced by the claim's
-//     token, in batches.
+// The loop claim → publish → fenced finalize is one file, loop.go, in that
+// order:
+//   - claim: claimLoop, a short transaction that commits before anything is
+//     published;
+//   - publish: runJob, outside any transaction, within the lease;
+//   - finalize: writeResults, every write fenced by the claim's token, in
+//     batches.
+//
+// Around it: Run and New in dispatcher.go, classify and the heartbeat in
+// worker.go, the finalizer's batching in finalizer.go, the recovery lanes in
+// isolate.go, the claim cursor in window.go.
 //
 // # Each guarantee, its statement and its test
 //
@@ -23,16 +27,16 @@
 // brackets). A test of this package checks that every name here exists.
 //   - Ownership outlives the claim's COMMIT in columns; lease_version, the
 //     fencing token, is + 1 on every claim. code: claimLoop
-//     (dispatcher/dispatcher.go); query: OutboxClaimWindow
+//     (dispatcher/loop.go); query: OutboxClaimWindow
 //     (queries/window.sql); test:
 //     TestClaim_TwoOpenTransactionsGetDifferentRowsAndRollbackRestoresAll
 //     [queries].
 //   - A publish runs outside any transaction and stops when its lease is lost.
-//     code: runJob (dispatcher/worker.go); query: OutboxExtendLease
+//     code: runJob (dispatcher/loop.go); query: OutboxExtendLease
 //     (queries/lease.sql); test: TestHeartbeat_LostLeaseCancelsThePublish
 //     [dispatcher].
 //   - A worker whose lease was taken over writes nothing: 0 rows, the newer
-//     owner's row unchanged. code: writeResults (dispatcher/finalizer.go);
+//     owner's row unchanged. code: writeResults (dispatcher/loop.go);
 //     query: OutboxMarkDoneMany (queries/finalize.sql); test:
 //     TestSlowPublisher_TakeoverFencesTheStaleFinalize [dispatcher];
 //     test: TestFencedWrites_StaleVersionChangesNothing [queries].

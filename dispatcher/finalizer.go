@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"slices"
 	"time"
-
-	"github.com/pgoutbox/pgoutbox/db"
 )
 
 // resultKind is what the batch writer makes of a claimed message.
@@ -162,123 +160,6 @@ func (f *finalizer) flushPart(ctx context.Context, part []*job, noHandoff bool) 
 		f.d.release(len(part))
 	}()
 	f.d.writeResults(ctx, part, noHandoff)
-}
-
-// writeResults writes the results of batch in one fenced statement:
-// OutboxMarkDoneMany when every message was delivered (the success path),
-// OutboxFinalizeMany otherwise. noHandoff says no ordered row of batch
-// becomes done (the statement then skips the hand-off locks). Transient
-// database errors are retried (retryDBValue); when the statement fails for
-// good, the leases expire and the messages are delivered again. Then each
-// job is accounted for: metrics, its publish span, the failure log, and
-// the lease-lost report for a row the statement did not match.
-func (d *Dispatcher) writeResults(ctx context.Context, batch []*job, noHandoff bool) {
-	ids, versions, owners := tokensOf(batch)
-	lctx := withLinkedJobs(ctx, batch)
-	allDone := true
-	for _, j := range batch {
-		allDone = allDone && j.res.kind == resDone
-	}
-	var (
-		written  []int64
-		statuses []string // nil: all done
-		err      error
-		op       = "finalize"
-	)
-	if allDone {
-		op = "mark done"
-		written, err = retryDBValue(lctx, d, op, func(ctx context.Context) ([]int64, error) {
-			return d.q.OutboxMarkDoneMany(ctx, db.OutboxMarkDoneManyParams{Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: noHandoff})
-		})
-	} else {
-		written, statuses, err = d.finalizeMany(lctx, batch, ids, versions, owners, noHandoff)
-	}
-	if err != nil {
-		endFinalized(batch, err) // logged by retryDBValue
-		return
-	}
-	d.metrics.finalizeFlush(ctx, len(batch))
-	d.markFinalized()
-	// A finalized ordered message makes the next message of its aggregate
-	// the head, which nothing else announces (no INSERT, so no NOTIFY): wake
-	// the claimer, or an idle one would wait for the poll interval before
-	// each message of a busy aggregate (measured: one hot aggregate went
-	// from about 1 msg/s with the default 1s poll to hundreds per second;
-	// see BENCHMARKS.md). Only a statement with the hand-off locks
-	// (noHandoff false) finalizes ordered rows done.
-	if !noHandoff {
-		defer d.wakeUp()
-	}
-	if statuses == nil && len(written) == len(batch) {
-		// The success path: every row done, counted once per statement.
-		d.metrics.add(outPublished, int64(len(batch)))
-		endFinalized(batch, nil)
-		return
-	}
-	status := make(map[int64]string, len(written))
-	for i, id := range written {
-		if statuses == nil {
-			status[id] = "done"
-		} else {
-			status[id] = statuses[i]
-		}
-	}
-	var counts [numOutcomes]int64
-	notify := false
-	for _, j := range batch {
-		st, ok := status[j.id]
-		if !ok {
-			d.leaseLost(j, op)
-			continue
-		}
-		counts[d.written(j, st)]++
-		notify = notify || (j.res.kind == resRelease && !j.res.unavailable && j.res.delay == 0)
-	}
-	for o, n := range counts {
-		d.metrics.add(outcome(o), n)
-	}
-	if notify {
-		// Messages handed back unstarted: wake the dispatchers (this one's
-		// siblings included) to claim them again.
-		nctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
-		_ = d.q.OutboxNotify(nctx)
-		cancel()
-	}
-}
-
-// finalizeMany is OutboxFinalizeMany over batch. Its texts were made valid
-// by errText; should the server refuse one all the same (a data error),
-// the statement is written once more with a fixed ASCII text in place of
-// every error, so the messages' states still move on.
-func (d *Dispatcher) finalizeMany(ctx context.Context, batch []*job, ids, versions []int64, owners []string, noHandoff bool) ([]int64, []string, error) {
-	p := db.OutboxFinalizeManyParams{
-		Ids: ids, LeaseVersions: versions, LeaseOwners: owners, UnorderedOnly: noHandoff, MaxDeferAge: d.cfg.MaxDeferAge,
-		Outcomes: make([]string, len(batch)), DelaysUs: make([]int64, len(batch)), Errors: make([]string, len(batch)),
-		History: make([]string, len(batch)), Answers: make([]string, len(batch)),
-	}
-	for i, j := range batch {
-		p.Outcomes[i], p.DelaysUs[i], p.Errors[i] = resultOutcomes[j.res.kind], max(j.res.delay, 0).Microseconds(), errText(j.res.text)
-		p.History[i] = historyKind(j.res)
-		if p.History[i] != "" {
-			p.Answers[i] = errText(AnswerOf(j.res.err))
-		}
-	}
-	write := func(ctx context.Context) (*db.OutboxFinalizeManyRow, error) { return d.q.OutboxFinalizeMany(ctx, p) }
-	row, err := retryDBValue(ctx, d, "finalize", write)
-	if err != nil && isDataError(err) {
-		safe := "error text refused by the database (SQLSTATE " + sqlState(err) + "); see the dispatcher log"
-		for i := range p.Errors {
-			if p.Errors[i] != "" {
-				p.Errors[i] = safe
-			}
-			p.Answers[i] = ""
-		}
-		row, err = retryDBValue(ctx, d, "finalize", write)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return row.Ids, row.Statuses, nil
 }
 
 // historyKind is the kind of attempt-history entry (outbox_attempts) the

@@ -3,8 +3,9 @@
 // host application's goose history is never touched), and a PostgreSQL
 // session advisory lock so two processes migrating at once do not race.
 //
-// The same .sql files are sqlc's schema (sqlc.yaml points at this folder and
-// reads only the goose Up sections).
+// schema.sql is the same schema in one file: sqlc compiles the queries
+// against it, and Up applies it as one baseline to a database where no
+// migration is applied yet (baseline.go).
 package migrations
 
 import (
@@ -23,7 +24,11 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
-//go:embed *.sql
+// files are the numbered migrations only: schema.sql is not a goose
+// migration (it has no version prefix, and goose's command-line tool would
+// refuse it in its folder).
+//
+//go:embed 0*.sql
 var files embed.FS
 
 // VersionTable is the goose version table pgoutbox records its migrations in.
@@ -59,15 +64,25 @@ type Migrator struct {
 	db           *sql.DB
 	provider     *goose.Provider
 	versionTable string
+	baseline     string // schema.sql (renamed as the files are), "" = none
 }
 
 // New returns a Migrator over a *sql.DB (any driver goose's postgres dialect
 // accepts; pgx's stdlib is the one we test).
-func New(db *sql.DB) (*Migrator, error) { return NewWith(db, files, VersionTable) }
+// Up applies the baseline schema.sql to a database with no migration applied.
+func New(db *sql.DB) (*Migrator, error) {
+	m, err := NewWith(db, files, VersionTable)
+	if err != nil {
+		return nil, err
+	}
+	m.baseline = schemaSQL
+	return m, nil
+}
 
 // NewWith returns a Migrator for other migration files (the embedded ones
 // renamed for another table, as `pgoutbox migrate --table` does) recorded in
-// versionTable (schema-qualified or not).
+// versionTable (schema-qualified or not). It applies the files one by one,
+// never a baseline, unless SetBaseline gives it one.
 func NewWith(db *sql.DB, fsys fs.FS, versionTable string) (*Migrator, error) {
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))
 	if err != nil {
@@ -90,7 +105,12 @@ func (m *Migrator) VersionTable() string { return m.versionTable }
 // FromPool returns a Migrator that runs over a pgx pool. Close releases the
 // *sql.DB wrapper, not the pool.
 func FromPool(pool *pgxpool.Pool) (*Migrator, error) {
-	return FromPoolWith(pool, files, VersionTable)
+	m, err := FromPoolWith(pool, files, VersionTable)
+	if err != nil {
+		return nil, err
+	}
+	m.baseline = schemaSQL
+	return m, nil
 }
 
 // FromPoolWith is NewWith over a pgx pool.
@@ -105,9 +125,23 @@ func FromPoolWith(pool *pgxpool.Pool, fsys fs.FS, versionTable string) (*Migrato
 // Close releases the *sql.DB the Migrator was built over.
 func (m *Migrator) Close() error { return m.db.Close() }
 
-// Up applies every pending migration.
+// Up applies every pending migration. On a database where none is applied
+// and the Migrator has a baseline, it first applies the baseline in one
+// transaction and records the versions it stands for (baseline.go); the
+// result then names schema.sql once instead of each file.
 func (m *Migrator) Up(ctx context.Context) ([]*goose.MigrationResult, error) {
-	res, err := m.provider.Up(ctx)
+	var res []*goose.MigrationResult
+	if m.baseline != "" {
+		r, err := m.applyBaseline(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: up: %w", err)
+		}
+		if r != nil {
+			res = append(res, r)
+		}
+	}
+	more, err := m.provider.Up(ctx)
+	res = append(res, more...)
 	if err != nil {
 		return res, fmt.Errorf("migrations: up: %w", err)
 	}

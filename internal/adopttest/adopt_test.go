@@ -258,7 +258,7 @@ func runUntil(t *testing.T, dir string, env []string, want string, name string, 
 
 func migrationNames(t *testing.T) []string {
 	t.Helper()
-	names, err := filepath.Glob(filepath.Join(repoRoot(), "migrations", "*.sql"))
+	names, err := filepath.Glob(filepath.Join(repoRoot(), "migrations", "0*.sql"))
 	if err != nil {
 		t.Fatal(err)
 	}

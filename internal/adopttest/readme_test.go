@@ -1,13 +1,17 @@
 package adopttest
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgoutbox/pgoutbox/internal/doctest"
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // adoptionHeading is the README section these tests follow.
@@ -216,4 +220,51 @@ func initCommands(stderr string) []string {
 		out = append(out, strings.TrimSpace(m[1]))
 	}
 	return out
+}
+
+// The core alone, in a fresh sqlc project: the README's route 2, command for
+// command, in a folder that holds nothing but a go.mod; the README's sqlc
+// entry is the whole sqlc.yaml. sqlc compiles queries/*.sql against
+// schema.sql alone, the generated package builds and vets, and goose applied
+// the numbered migrations to an empty database.
+func TestAdopt_ReadmeRoute2InAnEmptyProject(t *testing.T) {
+	t.Parallel()
+	_, _, route2, entry := readme(t)
+	dir := filepath.Join(t.TempDir(), "empty")
+	mustWrite(t, filepath.Join(dir, "go.mod"), "module example.com/empty\n\ngo 1.24\n")
+	dbURL := emptyDatabase(t)
+	s := doctest.NewShell(t, doctest.Build(t), dir, dbURL)
+	run := func(line string) string {
+		return s.Run(t, doctest.Block{File: "command", Line: 1, Lang: "sh", Body: line + "\n"}, "")
+	}
+	run("go mod edit -require=github.com/pgoutbox/pgoutbox@v0.0.0-00010101000000-000000000000 -replace=github.com/pgoutbox/pgoutbox=" + repoRoot())
+	s.Run(t, route2, "")
+	body := entry.Body
+	if i := strings.Index(body, "\nsql:\n"); i >= 0 {
+		body = body[i+len("\nsql:\n"):]
+	}
+	mustWrite(t, filepath.Join(dir, "sqlc.yaml"), "version: \"2\"\nsql:\n"+body)
+	run("sqlc generate")
+	run("go mod tidy && go vet ./...")
+	got, err := os.ReadDir(filepath.Join(dir, "db", "outboxdb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, f := range got {
+		files = append(files, f.Name())
+	}
+	queries, _ := filepath.Glob(filepath.Join(repoRoot(), "queries", "*.sql"))
+	if len(files) != len(queries)+2 { // one .go per query file, db.go, models.go
+		t.Errorf("generated %v from %d query files", files, len(queries))
+	}
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var version int64
+	if err := conn.QueryRow(context.Background(), "SELECT max(version_id) FROM pgoutbox_migrations WHERE is_applied").Scan(&version); err != nil || version != migrations.Latest() {
+		t.Errorf("goose left the database at version %d (%v), want %d", version, err, migrations.Latest())
+	}
 }

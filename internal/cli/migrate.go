@@ -56,7 +56,7 @@ func (a *app) migrateUp(ctx context.Context, args []string) error {
 	res, err := m.Up(ctx)
 	for _, r := range res {
 		if r.Error == nil {
-			fmt.Fprintf(a.stdout, "applied  %s (%s)\n", path.Base(r.Source.Path), r.Duration.Round(time.Millisecond))
+			fmt.Fprintln(a.stdout, appliedLine(r))
 		}
 	}
 	if err != nil {
@@ -241,7 +241,39 @@ func (a *app) migratorPool(ctx context.Context, f *flags, dbURL string) (*migrat
 		pool.Close()
 		return nil, nil, nil, a.dbError("migrations", err)
 	}
+	baseline, err := a.baselineSQL()
+	if err != nil {
+		_ = m.Close()
+		pool.Close()
+		return nil, nil, nil, failf("migrations: %v", err)
+	}
+	m.SetBaseline(baseline)
 	return m, pool, func() { _ = m.Close(); pool.Close() }, nil
+}
+
+// baselineSQL is migrations/schema.sql renamed for --table and --schema the
+// way migrationFiles renames each file: what `migrate up` applies to a
+// database where no migration is applied yet.
+func (a *app) baselineSQL() (string, error) {
+	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	if err != nil {
+		return "", err
+	}
+	if r.Identity() {
+		return migrations.Schema(), nil
+	}
+	body, _ := r.SQL(migrations.Schema())
+	return body, nil
+}
+
+// appliedLine is how `migrate up` reports one applied file, or the
+// baseline with the versions it recorded.
+func appliedLine(r *goose.MigrationResult) string {
+	d := r.Duration.Round(time.Millisecond)
+	if r.Source.Path == migrations.BaselineFile {
+		return fmt.Sprintf("applied  %s, the whole schema at version %d in one transaction (%s)", migrations.BaselineFile, r.Source.Version, d)
+	}
+	return fmt.Sprintf("applied  %s (%s)", path.Base(r.Source.Path), d)
 }
 
 // migrationFiles are the embedded migrations, renamed for --table and

@@ -30,7 +30,7 @@ func TestCommands_TableAndSchema(t *testing.T) {
 
 	r := call(t, invocation{env: env}, with("migrate", "up")...)
 	wantCode(t, r, ExitOK)
-	mustContain(t, r, "stdout", "applied  00001_outbox.sql")
+	mustContain(t, r, "stdout", "applied  schema.sql, the whole schema at version")
 	plain := d.enqueue(t, 1, "Plain", "p", false)[0]
 
 	r = call(t, invocation{env: env}, with("enqueue", "--aggregate-type", "employee", "--aggregate-id", "e1", "--event-type", "Hired", "--payload", `{"n":1}`)...)

@@ -294,6 +294,7 @@ func migrationsHash() string {
 		h.Write([]byte(e))
 		h.Write(b)
 	}
+	h.Write([]byte(migrations.Schema())) // the template is built from the baseline
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
