@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -124,7 +125,7 @@ SELECT m.minute,
 			q := db.New(conn)
 			owner := fmt.Sprintf("relay-%d/run.1", r)
 			for {
-				claimed, err := q.OutboxClaim(ctx, db.OutboxClaimParams{MaxAttempts: 10, Batch: 37, Owner: owner, Lease: time.Minute})
+				claimed, err := claimFromStart(ctx, q, owner, 37)
 				if err != nil {
 					t.Error(err)
 					return
@@ -158,7 +159,7 @@ SELECT m.minute,
 	// done.
 	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
 	      SELECT 'order', 'm-' || g, 'OrderPaid', '{}' FROM generate_series(1, 30) AS g`)
-	claimed, err := db.New(pool).OutboxClaim(ctx, db.OutboxClaimParams{MaxAttempts: 10, Batch: 30, Owner: "mixed/run.1", Lease: time.Minute})
+	claimed, err := claimFromStart(ctx, db.New(pool), "mixed/run.1", 30)
 	if err != nil || len(claimed) != 30 {
 		t.Fatalf("claimed %d of 30 (%v)", len(claimed), err)
 	}
@@ -230,4 +231,16 @@ SELECT m.minute,
 	if n := count(`SELECT count(*) FROM outbox_delivered`); n != 0 {
 		t.Errorf("after TRUNCATE outbox and a rebuild: %d counter rows, want none", n)
 	}
+}
+
+// claimFromStart is the relay's claim of pending rows (OutboxClaimWindow)
+// from a cursor that has handed out nothing yet: the window from the empty
+// snapshot to now.
+func claimFromStart(ctx context.Context, q *db.Queries, owner string, batch int) ([]*db.OutboxClaimWindowRow, error) {
+	snap, err := q.OutboxClaimSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return q.OutboxClaimWindow(ctx, db.OutboxClaimWindowParams{
+		Snapshot: "1:1:", Upper: snap.Snapshot, Batch: int32(batch), Owner: owner, Lease: time.Minute})
 }

@@ -40,56 +40,6 @@ type Querier interface {
 	// Index: pg_class and pg_attribute catalog indexes (oid, attrelid, relname).
 	// 0 rows: never; one row always.
 	OutboxCheckTable(ctx context.Context, arg OutboxCheckTableParams) (*OutboxCheckTableRow, error)
-	// Claims. Each runs as one autocommit statement (a short transaction): it
-	// writes ownership into the row (status, lease_owner, lease_until, and
-	// lease_version + 1, the fencing token) and COMMITs before anything is
-	// published. FOR UPDATE SKIP LOCKED only keeps two claims from taking the same
-	// row at the same moment; after COMMIT the columns carry the ownership.
-	// Attempts count here, at claim time, so a message that crashes every worker
-	// still reaches max attempts (see OutboxReap).
-	// OutboxClaim claims up to @batch unordered messages: pending rows whose
-	// available_at has come, first-come in (txid, id) order: oldest transaction
-	// first, insertion order within one. txid is the transaction that inserted
-	// the row or last made it claimable (a retry, a defer, a hand-back, a
-	// redrive: migration 00005), so a message made pending again queues behind
-	// the rows that were already waiting.
-	// Expired leases (processing past lease_until with attempts left) are
-	// re-claimable too, but in isolation: when one exists, the claim
-	// returns that single row and nothing else, so a poison message that kills
-	// every worker that holds it costs only itself attempts, never the healthy
-	// messages that would otherwise be claimed beside it. recovered = true marks
-	// such a row, so the caller can also publish it alone (nothing else in
-	// flight), which is what keeps the batch-mates safe in the end. With
-	// @recover_expired = false the claim takes pending rows only: the dispatcher
-	// always passes false and recovers expired leases apart from its main
-	// pipeline, one at a time, in its recovery lane (OutboxClaimExpired,
-	// queries/isolate.sql). Passing true claims both
-	// kinds, for callers that run this query on their own.
-	// Lock strategy: FOR UPDATE SKIP LOCKED in both candidate sets.
-	// Ordering: expired lease (oldest lease_until) alone, else pending by
-	// (txid, id).
-	// Indexes: outbox_leased for the expired branch, outbox_pending_txid
-	// (txid, id), partial: pending unordered rows only, for the ready branch, so
-	// the cost does not grow with retained done/dead rows. No other index
-	// delivers these rows in (txid, id) order, so the planner reads it from its
-	// start instead of walking the primary key past every done row or sorting
-	// the backlog. Rows not yet due (in backoff, deferred, scheduled for later) are
-	// passed over on their table rows: a claim visits each of them that sorts
-	// before the rows it takes. The dispatcher's own claim,
-	// OutboxClaimWindow (queries/window.sql), starts from a cursor instead and
-	// finds due rows through outbox_due.
-	// The locked rows are updated through id = ANY(ARRAY(...)): one primary-key
-	// index scan over the chosen ids, with no join for the planner to get wrong.
-	// Joined to the CTE instead (UPDATE ... FROM picked), the planner switched
-	// to a hash join over a sequential scan of the whole table once the batch
-	// was large (measured at Batch 1,000 on 100,000 rows: 40 ms custom plan,
-	// 137 ms generic plan, against 9-16 ms for both with the array; see
-	// BENCHMARKS.md). Rows come back in (txid, id) order.
-	// 0 rows: nothing claimable right now (or every candidate is locked by a
-	// concurrent claim); not necessarily an empty queue.
-	// An expired lease is claimed alone (ready is empty then), so every row
-	// returned is recovered exactly when expired found one.
-	OutboxClaim(ctx context.Context, arg OutboxClaimParams) ([]*OutboxClaimRow, error)
 	// OutboxClaimExpired is the recovery lane's claim: the one message whose
 	// lease expired longest ago with attempts left (a crashed or frozen owner's),
 	// without its payload. The lane publishes it alone, apart from the main
@@ -187,12 +137,21 @@ type Querier interface {
 	// outbox_due.
 	// 0 rows: nothing was passed (the normal case).
 	OutboxClaimPassedOrdered(ctx context.Context, arg OutboxClaimPassedOrderedParams) ([]*OutboxClaimPassedOrderedRow, error)
-	// Claims from a cursor (migration 00005). OutboxClaim scans
-	// outbox_pending_txid from its start, and while any snapshot older than the
-	// rows it claimed is open, that start is a run of dead index entries that
-	// grows with every row processed: each claim pays for all of them. The claims here begin where
-	// the previous claim of the same dispatcher ended, so their cost follows
-	// the rows that arrived since, never the age of the oldest snapshot.
+	// The relay's claims of pending rows. Each is one autocommit statement
+	// (a short transaction): pick rows FOR UPDATE SKIP LOCKED, then set status
+	// 'processing', lease_owner, lease_until = now() + @lease, lease_version + 1
+	// (the fencing token every later write is fenced by) and attempts + 1
+	// (attempts count at claim time), and COMMIT before anything is published.
+	// SKIP LOCKED only keeps two claims from taking a row at the same moment;
+	// after COMMIT the columns carry the ownership. Expired leases are not
+	// claimed here: OutboxClaimExpired (isolate.sql) claims each alone.
+	//
+	// They claim from a cursor. A claim that scans outbox_pending_txid from its
+	// start pays, while any snapshot older than the rows it claimed is open, for
+	// a run of dead index entries that grows with every row processed. The
+	// claims here begin where the previous claim of the same dispatcher ended,
+	// so their cost follows the rows that arrived since, never the age of the
+	// oldest snapshot.
 	//
 	// The cursor, kept by the caller between claims (dispatcher/window.go),
 	// works in windows, as PgQ's batches do: a window is the rows whose txid is
@@ -269,7 +228,9 @@ type Querier interface {
 	// inside each transaction's probe: rows a probe locked past the lane's
 	// @batch stay locked only until this statement commits, and the next claim
 	// finds them, since a full claim does not close the window), then one
-	// UPDATE by primary key through id = ANY(ARRAY(...)), as in OutboxClaim. A row found
+	// UPDATE by primary key through id = ANY(ARRAY(...)) (one index scan over
+	// the chosen ids; a join to the CTE let the planner pick a hash join over
+	// the whole table at large batches). A row found
 	// locked by a concurrent claim is passed: that claim takes it. (Should that
 	// claim roll back, the row is pending again behind the cursor; the caller's
 	// periodic OutboxClaimPassed recovers it.)
@@ -415,19 +376,20 @@ type Querier interface {
 	// row's payload with its own statement, so one unreadable row can be told
 	// apart and sent to dead (OutboxFinalizeMany) while its neighbours flow. The
 	// recovery lane uses them too: a recovered message is read the same way.
-	// Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
-	// OutboxClaim does, so every later write is fenced the same way (on
-	// lease_owner and lease_version).
+	// Claims here commit ownership (status 'processing', a lease,
+	// lease_version + 1, attempts + 1) exactly as the claims in window.sql do, so
+	// every later write is fenced the same way (on lease_owner and
+	// lease_version).
 	// OutboxIsolateClaim claims up to @batch unordered pending messages without
-	// their payload: the same rows as OutboxClaim's ready branch, pending and
-	// due, first-come in (txid, id) order (oldest transaction first, insertion
+	// their payload: pending and due rows from the start of the queue,
+	// first-come in (txid, id) order (oldest transaction first, insertion
 	// order within one; a message made pending again carries the txid of the
 	// transaction that did that).
 	// Lock strategy: FOR UPDATE SKIP LOCKED, then an UPDATE by primary key
-	// through id = ANY(ARRAY(...)), as OutboxClaim.
+	// through id = ANY(ARRAY(...)).
 	// Index: outbox_pending_txid (txid, id), partial: pending unordered rows
 	// only, read from its start in key order; rows not yet due are passed over
-	// on their table rows, as in OutboxClaim.
+	// on their table rows.
 	// 0 rows: nothing claimable right now (or every candidate is locked by a
 	// concurrent claim).
 	OutboxIsolateClaim(ctx context.Context, arg OutboxIsolateClaimParams) ([]*OutboxIsolateClaimRow, error)
@@ -559,6 +521,18 @@ type Querier interface {
 	// range of the index). A skipped message is never counted as done.
 	// Lock strategy: none (a read; no row locks). Always one row.
 	OutboxQueueDepth(ctx context.Context) (*OutboxQueueDepthRow, error)
+	// Claims. Each runs as one autocommit statement (a short transaction): it
+	// writes ownership into the row (status, lease_owner, lease_until, and
+	// lease_version + 1, the fencing token) and COMMITs before anything is
+	// published. FOR UPDATE SKIP LOCKED only keeps two claims from taking the same
+	// row at the same moment; after COMMIT the columns carry the ownership.
+	// Attempts count here, at claim time, so a message that crashes every worker
+	// still reaches max attempts (see OutboxReap).
+	//
+	// The relay's claims are in window.sql (pending rows from a cursor:
+	// OutboxClaimWindow, OutboxClaimOrderedWindow) and isolate.sql (an expired
+	// lease, claimed alone: OutboxClaimExpired); this file holds the reap that
+	// runs with them.
 	// OutboxReap buries messages whose worker keeps dying: processing rows whose
 	// lease expired with every attempt spent go to dead. A poison message never
 	// reaches a finalize, so this is the only way it stops being claimed.

@@ -468,12 +468,21 @@ type OutboxClaimSnapshotRow struct {
 	Server   string    `json:"server"`
 }
 
-// Claims from a cursor (migration 00005). OutboxClaim scans
-// outbox_pending_txid from its start, and while any snapshot older than the
-// rows it claimed is open, that start is a run of dead index entries that
-// grows with every row processed: each claim pays for all of them. The claims here begin where
-// the previous claim of the same dispatcher ended, so their cost follows
-// the rows that arrived since, never the age of the oldest snapshot.
+// The relay's claims of pending rows. Each is one autocommit statement
+// (a short transaction): pick rows FOR UPDATE SKIP LOCKED, then set status
+// 'processing', lease_owner, lease_until = now() + @lease, lease_version + 1
+// (the fencing token every later write is fenced by) and attempts + 1
+// (attempts count at claim time), and COMMIT before anything is published.
+// SKIP LOCKED only keeps two claims from taking a row at the same moment;
+// after COMMIT the columns carry the ownership. Expired leases are not
+// claimed here: OutboxClaimExpired (isolate.sql) claims each alone.
+//
+// They claim from a cursor. A claim that scans outbox_pending_txid from its
+// start pays, while any snapshot older than the rows it claimed is open, for
+// a run of dead index entries that grows with every row processed. The
+// claims here begin where the previous claim of the same dispatcher ended,
+// so their cost follows the rows that arrived since, never the age of the
+// oldest snapshot.
 //
 // The cursor, kept by the caller between claims (dispatcher/window.go),
 // works in windows, as PgQ's batches do: a window is the rows whose txid is
@@ -664,7 +673,9 @@ type OutboxClaimWindowRow struct {
 // inside each transaction's probe: rows a probe locked past the lane's
 // @batch stay locked only until this statement commits, and the next claim
 // finds them, since a full claim does not close the window), then one
-// UPDATE by primary key through id = ANY(ARRAY(...)), as in OutboxClaim. A row found
+// UPDATE by primary key through id = ANY(ARRAY(...)) (one index scan over
+// the chosen ids; a join to the CTE let the planner pick a hash join over
+// the whole table at large batches). A row found
 // locked by a concurrent claim is passed: that claim takes it. (Should that
 // claim roll back, the row is pending again behind the cursor; the caller's
 // periodic OutboxClaimPassed recovers it.)

@@ -250,7 +250,7 @@ func TestAdaptive_CrashedOwnersBatchIsRecoveredAndCounted(t *testing.T) {
 	b.enqueueMany(t, n)
 	// The "crashed" owner: one claim of everything under a short lease, then
 	// nothing (as after SIGKILL).
-	// (The same row changes as OutboxClaim's, in plain SQL.)
+	// (The same row changes as the relay's claims, in plain SQL.)
 	tag, err := b.pool.Exec(context.Background(), `
 		UPDATE outbox SET status = 'processing', lease_owner = 'crashed', lease_until = now() + interval '300 milliseconds',
 		       lease_version = lease_version + 1, attempts = attempts + 1

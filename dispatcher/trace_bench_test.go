@@ -36,7 +36,7 @@ func BenchmarkPublishSpan(b *testing.B) {
 			ctx := context.Background()
 			// A claim statement first: its span tells the dispatcher
 			// whether the tracer records (trace_quiet.go).
-			_, claim := tracedDB{t: t}.start(ctx, "-- name: OutboxClaim :many\n")
+			_, claim := tracedDB{t: t}.start(ctx, "-- name: OutboxClaimWindow :many\n")
 			claim.End()
 			b.ReportAllocs()
 			for b.Loop() {

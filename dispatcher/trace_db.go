@@ -17,7 +17,7 @@ import (
 // tracedDB gives every statement of the dispatcher's db.Queries a client
 // span (claim, finalize, reschedule, lease, reap, monitoring): named
 // "{query} {table}" after the sqlc query name that heads each generated
-// statement ("-- name: OutboxClaim :many"), with db.system.name
+// statement ("-- name: OutboxClaimWindow :many"), with db.system.name
 // "postgresql", db.operation.name the query name and db.collection.name the
 // outbox table. A statement run for publishes in flight (a reschedule, a
 // dead letter) is a child of the publish span; a batched finalize links to

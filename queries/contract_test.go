@@ -36,7 +36,7 @@ func TestClaim_TwoOpenTransactionsGetDifferentRowsAndRollbackRestoresAll(t *test
 	}
 	defer txB.Rollback(ctx) //nolint:errcheck
 	claimIn := func(tx pgx.Tx) []int64 {
-		rows, err := db.New(tx).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "x", Batch: 1, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true})
+		rows, err := claimPendingWith(ctx, db.New(tx), "x", 1, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,17 +392,15 @@ func TestMonitoring_SeedQueries(t *testing.T) {
 	}
 }
 
-// A claimer with messages still in flight passes recover_expired = false: it
-// gets pending rows only and leaves expired leases for when it is idle.
-func TestClaim_RecoverExpiredFalseSkipsExpiredLeases(t *testing.T) {
+// The claim of pending rows never takes an expired lease: those are the
+// recovery lane's, one at a time (OutboxClaimExpired).
+func TestClaim_PendingClaimSkipsExpiredLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.seed(t, 3, "a")
 	first := b.claim(t, "crashy", 1, 50*time.Millisecond, 12)
 	b.waitLeasesExpired(t)
-	rows, err := b.q.OutboxClaim(context.Background(), db.OutboxClaimParams{
-		Owner: "busy", Batch: 10, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: false,
-	})
+	rows, err := claimPendingWith(context.Background(), b.q, "busy", 10, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,8 +408,8 @@ func TestClaim_RecoverExpiredFalseSkipsExpiredLeases(t *testing.T) {
 		t.Fatalf("claimed %d, want the 2 pending rows only", len(rows))
 	}
 	for _, r := range rows {
-		if r.ID == first[0].ID || r.Recovered {
-			t.Fatalf("expired lease %d claimed with recover_expired = false", r.ID)
+		if r.ID == first[0].ID {
+			t.Fatalf("expired lease %d claimed by the pending claim", r.ID)
 		}
 	}
 	got := b.claim(t, "idle", 10, time.Minute, 12)
@@ -420,7 +418,7 @@ func TestClaim_RecoverExpiredFalseSkipsExpiredLeases(t *testing.T) {
 	}
 }
 
-// OutboxClaim and OutboxIsolateClaim are first-come by (txid, id): the
+// OutboxClaimWindow and OutboxIsolateClaim are first-come by (txid, id): the
 // oldest transaction's rows first, in insertion order, even where a younger
 // transaction committed rows with lower ids first; a message made pending
 // again (here a retry) carries its retry's txid and queues behind the rows
@@ -482,7 +480,7 @@ func TestClaim_FirstComeByTransactionThenInsertionOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	rows, err := db.New(tx).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "x", Batch: 10, Lease: time.Minute, MaxAttempts: 12})
+	rows, err := claimPendingWith(ctx, db.New(tx), "x", 10, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +489,7 @@ func TestClaim_FirstComeByTransactionThenInsertionOrder(t *testing.T) {
 		all = append(all, r.ID)
 	}
 	if diff := cmp.Diff(want, all); diff != "" {
-		t.Fatalf("OutboxClaim of 10, rows in returned order (-want +got):\n%s", diff)
+		t.Fatalf("OutboxClaimWindow of 10, rows in returned order (-want +got):\n%s", diff)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -500,7 +498,7 @@ func TestClaim_FirstComeByTransactionThenInsertionOrder(t *testing.T) {
 	var got []int64
 	for i := range want {
 		if i%2 == 0 {
-			rs, err := b.q.OutboxClaim(ctx, db.OutboxClaimParams{Owner: "x", Batch: 1, Lease: time.Minute, MaxAttempts: 12})
+			rs, err := claimPendingWith(ctx, b.q, "x", 1, time.Minute)
 			if err != nil || len(rs) != 1 {
 				t.Fatalf("claim %d: %d rows, %v", i, len(rs), err)
 			}

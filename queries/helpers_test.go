@@ -97,14 +97,26 @@ func (b *bundle) claim(t *testing.T, owner string, batch int, lease time.Duratio
 	return rows
 }
 
-// claimWith runs the seed's claim(): reap, then claim, sorted by id.
+// claimWith runs the seed's claim() as the relay's lanes do: reap, then an
+// expired lease first and alone (OutboxClaimExpired, unordered rows), else
+// pending rows (claimPendingWith); sorted by id.
 func claimWith(ctx context.Context, q *db.Queries, owner string, batch int, lease time.Duration, maxAttempts int) ([]claimed, error) {
 	if _, err := q.OutboxReap(ctx, db.OutboxReapParams{MaxAttempts: int32(maxAttempts)}); err != nil {
 		return nil, err
 	}
-	rows, err := q.OutboxClaim(ctx, db.OutboxClaimParams{
-		Owner: owner, Batch: int32(batch), Lease: lease, MaxAttempts: int32(maxAttempts), RecoverExpired: true,
-	})
+	expired, err := q.OutboxClaimExpired(ctx, db.OutboxClaimExpiredParams{
+		Owner: owner, Lease: lease, MaxAttempts: int32(maxAttempts), Unordered: true})
+	if err != nil {
+		return nil, err
+	}
+	if len(expired) > 0 {
+		row, err := q.OutboxIsolateRead(ctx, db.OutboxIsolateReadParams{ID: expired[0].ID, LeaseVersion: expired[0].LeaseVersion, LeaseOwner: owner})
+		if err != nil {
+			return nil, err
+		}
+		return []claimed{{expired[0].ID, expired[0].LeaseVersion, expired[0].Attempts, row.AggregateID, owner}}, nil
+	}
+	rows, err := claimPendingWith(ctx, q, owner, batch, lease)
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +126,18 @@ func claimWith(ctx context.Context, q *db.Queries, owner string, batch int, leas
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+// claimPendingWith is the relay's claim of unordered pending rows,
+// OutboxClaimWindow, from a cursor that has handed out nothing yet: the
+// window from the empty snapshot to now. Rows come back in claim order.
+func claimPendingWith(ctx context.Context, q *db.Queries, owner string, batch int, lease time.Duration) ([]*db.OutboxClaimWindowRow, error) {
+	snap, err := q.OutboxClaimSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return q.OutboxClaimWindow(ctx, db.OutboxClaimWindowParams{
+		Snapshot: "1:1:", Upper: snap.Snapshot, Batch: int32(batch), Owner: owner, Lease: lease})
 }
 
 func (b *bundle) claimOrdered(t *testing.T, owner string, batch int) []claimed {

@@ -6,20 +6,21 @@
 -- row's payload with its own statement, so one unreadable row can be told
 -- apart and sent to dead (OutboxFinalizeMany) while its neighbours flow. The
 -- recovery lane uses them too: a recovered message is read the same way.
--- Claims here commit ownership (lease_version + 1, attempts + 1) exactly as
--- OutboxClaim does, so every later write is fenced the same way (on
--- lease_owner and lease_version).
+-- Claims here commit ownership (status 'processing', a lease,
+-- lease_version + 1, attempts + 1) exactly as the claims in window.sql do, so
+-- every later write is fenced the same way (on lease_owner and
+-- lease_version).
 
 -- OutboxIsolateClaim claims up to @batch unordered pending messages without
--- their payload: the same rows as OutboxClaim's ready branch, pending and
--- due, first-come in (txid, id) order (oldest transaction first, insertion
+-- their payload: pending and due rows from the start of the queue,
+-- first-come in (txid, id) order (oldest transaction first, insertion
 -- order within one; a message made pending again carries the txid of the
 -- transaction that did that).
 -- Lock strategy: FOR UPDATE SKIP LOCKED, then an UPDATE by primary key
--- through id = ANY(ARRAY(...)), as OutboxClaim.
+-- through id = ANY(ARRAY(...)).
 -- Index: outbox_pending_txid (txid, id), partial: pending unordered rows
 -- only, read from its start in key order; rows not yet due are passed over
--- on their table rows, as in OutboxClaim.
+-- on their table rows.
 -- 0 rows: nothing claimable right now (or every candidate is locked by a
 -- concurrent claim).
 -- name: OutboxIsolateClaim :many

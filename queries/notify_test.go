@@ -333,7 +333,7 @@ func TestNotify_TwoPhaseCommitProducerSkipsTheWakeUpAndTheRowIsClaimed(t *testin
 	if n := count(); n != 0 {
 		t.Fatalf("two-phase commit with outbox.wake_queued = on: %d notifications, want 0", n)
 	}
-	rows, err := db.New(pool).OutboxClaim(ctx, db.OutboxClaimParams{Owner: "t", Batch: 10, Lease: time.Minute, MaxAttempts: 3, RecoverExpired: true})
+	rows, err := claimPendingWith(ctx, db.New(pool), "t", 10, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

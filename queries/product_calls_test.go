@@ -12,9 +12,7 @@ import (
 // notRunByTheProduct lists the queries kept although no product code calls
 // them, each with the reason. Keep it empty where possible: a reviewer reads
 // queries/ as the SQL pgoutbox runs.
-var notRunByTheProduct = map[string]string{
-	"OutboxClaim": "the seed's single-statement claim: the benchmark's claim-only SQL ceiling and claim-cost item (bench/) and the held-snapshot tests' control run it",
-}
+var notRunByTheProduct = map[string]string{}
 
 // Every query under queries/ is called by product code (a non-test Go file
 // of this module outside the generated db/): the statements a reviewer

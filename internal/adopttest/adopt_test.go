@@ -187,7 +187,13 @@ func main() {
 		fmt.Println("enqueued", id)
 	case "relay":
 		q := ob.New(pool)
-		rows, err := q.{{CAMEL}}Claim(ctx, ob.{{CAMEL}}ClaimParams{Owner: "adopt-relay", Batch: 10, Lease: 30 * time.Second, MaxAttempts: 5, RecoverExpired: true})
+		// The relay's claim from a cursor that has handed out nothing yet:
+		// the window from the empty snapshot to now.
+		snap, err := q.{{CAMEL}}ClaimSnapshot(ctx)
+		if err != nil {
+			panic(err)
+		}
+		rows, err := q.{{CAMEL}}ClaimWindow(ctx, ob.{{CAMEL}}ClaimWindowParams{Snapshot: "1:1:", Upper: snap.Snapshot, Owner: "adopt-relay", Batch: 10, Lease: 30 * time.Second})
 		if err != nil {
 			panic(err)
 		}

@@ -36,7 +36,7 @@ func TestInit_RefusesToOverwriteUnlessForce(t *testing.T) {
 	}
 	r = call(t, invocation{}, append(args, "--force")...)
 	wantCode(t, r, ExitOK)
-	if b, _ := os.ReadFile(claim); !strings.Contains(string(b), "-- name: BillingOutboxClaim :many") {
+	if b, _ := os.ReadFile(claim); !strings.Contains(string(b), "-- name: BillingOutboxReap :execrows") {
 		t.Errorf("--force did not rewrite %s", claim)
 	}
 	mustContain(t, r, "stdout", "    schema: migrations\n    queries: queries\n")
@@ -147,7 +147,7 @@ func TestInit_GeneratedCodeCompilesMigratesAndClaims(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sqlc did not generate the package: %v", err)
 	}
-	for _, want := range []string{"BillingOutboxClaim(ctx context.Context, arg BillingOutboxClaimParams) ([]BillingOutboxClaimRow, error)",
+	for _, want := range []string{"BillingOutboxClaimWindow(ctx context.Context, arg BillingOutboxClaimWindowParams) ([]BillingOutboxClaimWindowRow, error)",
 		"BillingOutboxEnqueue(ctx context.Context, arg BillingOutboxEnqueueParams) (int64, error)"} {
 		if !strings.Contains(string(querier), want) {
 			t.Errorf("querier.go lacks %q", want)
@@ -292,8 +292,12 @@ func run() error {
 	if err != nil || n.Channel != "billing_outbox" {
 		return fmt.Errorf("no notification on billing_outbox after insert: %v", err)
 	}
-	rows, err := q.BillingOutboxClaim(ctx, billingoutbox.BillingOutboxClaimParams{
-		Owner: "check", Batch: 10, Lease: lease, MaxAttempts: 3, RecoverExpired: true,
+	now, err := q.BillingOutboxClaimSnapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("claim snapshot: %w", err)
+	}
+	rows, err := q.BillingOutboxClaimWindow(ctx, billingoutbox.BillingOutboxClaimWindowParams{
+		Snapshot: "1:1:", Upper: now.Snapshot, Owner: "check", Batch: 10, Lease: lease,
 	})
 	if err != nil {
 		return fmt.Errorf("claim: %w", err)

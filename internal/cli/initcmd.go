@@ -27,7 +27,7 @@ the annotated queries into DIR/queries, with the table outbox and everything
 derived from it renamed (indexes outbox_leased -> NAME_leased, triggers and
 functions outbox_commit_order -> NAME_commit_order, the wake-up's flag
 'outbox.wake_queued' -> 'NAME.wake_queued', the NOTIFY channel 'outbox' ->
-'NAME', query names OutboxClaim -> <CamelName>Claim). Only whole identifiers are
+'NAME', query names OutboxEnqueue -> <CamelName>Enqueue). Only whole identifiers are
 renamed; the word "outbox" in comment prose is kept. With --schema, the table
 and its functions are schema-qualified and the first migration creates the
 schema if it does not exist.

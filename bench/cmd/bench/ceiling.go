@@ -47,7 +47,7 @@ func querySQL(name string) string {
 	panic("query " + name + " not found in queries/*.sql")
 }
 
-// claimSQL is OutboxClaim with literal parameters.
+// claimSQL is the single-statement claim (singleClaimSQL) with literal parameters.
 func claimSQL(batch int, owner string) string {
 	return strings.NewReplacer(
 		"@max_attempts::integer", "12::integer",
@@ -55,7 +55,7 @@ func claimSQL(batch int, owner string) string {
 		"@batch::integer", strconv.Itoa(batch)+"::integer",
 		"@owner::text", owner+"::text",
 		"@lease::interval", "'60 seconds'::interval",
-	).Replace(querySQL("OutboxClaim"))
+	).Replace(singleClaimSQL)
 }
 
 // The SQL ceiling's scripts. ceilingDispatcher (the ceiling the goals
@@ -82,10 +82,10 @@ const (
 // claim also stores its ids and lease versions in two session settings
 // (one extra one-row CTE), which the finalize reads back. The window claim
 // runs without a cursor: its fresh lane reads the pending index of the
-// backlog from the start, as OutboxClaim does (the dispatcher's keyset only
+// backlog from the start, as the single-statement claim does (the dispatcher's keyset only
 // makes its scans shorter).
 //
-// ceilingClaimOnly: OutboxClaim with its ids and lease versions aggregated
+// ceilingClaimOnly: the single-statement claim with its ids and lease versions aggregated
 // into one row (\gset; no message leaves the server) and OutboxMarkDoneMany.
 func pgbenchScript(batch int, kind string) string {
 	oneLine := func(s string) string {
@@ -109,7 +109,7 @@ func pgbenchScript(batch int, kind string) string {
 		// CTEs and aggregate the claimed ids and lease versions instead.
 		i := strings.LastIndex(claim, "SELECT c.id")
 		if i < 0 || !strings.Contains(claim[i:], "FROM claimed AS c") {
-			panic("OutboxClaim no longer ends in SELECT c.id ... FROM claimed AS c; update pgbenchScript")
+			panic("singleClaimSQL no longer ends in SELECT c.id ... FROM claimed AS c; update pgbenchScript")
 		}
 		claimAgg := claim[:i] + "SELECT array_agg(c.id) AS ids, array_agg(c.lease_version) AS vers FROM claimed AS c"
 		return oneLine(claimAgg) + " \\gset\n" + oneLine(done(":ids::bigint[]", ":vers::bigint[]")) + ";\n"
@@ -270,7 +270,7 @@ func runCeiling(ctx context.Context, e *env) error {
 			}
 			label := fmt.Sprintf("%d client(s)", clients)
 			if m.kind == ceilingClaimOnly {
-				label = fmt.Sprintf("claim-only script (`OutboxClaim`, ids aggregated, no row shipped), %d clients", clients)
+				label = fmt.Sprintf("claim-only script (the single-statement claim, ids aggregated, no row shipped), %d clients", clients)
 			}
 			details = append(details, fmt.Sprintf("%s: %s rows/s", label, kfmt(median(rates))))
 		}

@@ -11,7 +11,6 @@ import (
 func TestQuerySQL_WholeStatementWithoutComments(t *testing.T) {
 	for name, end := range map[string]string{
 		"OutboxMarkDoneMany": "FROM done",
-		"OutboxClaim":        "FROM claimed AS c",
 		"OutboxClaimWindow":  "FROM claimed AS c",
 	} {
 		q := querySQL(name)

@@ -7,14 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pgoutbox/pgoutbox/db"
 )
 
 const claimCostBatch = 100
 
-// runClaimCost is item 3: OutboxClaim latency (batch of 100, 10,000 pending
+// runClaimCost is item 3: the single-statement claim's latency (singleClaimSQL, prepared
+// as sqlc's generated code prepares a query; batch of 100, 10,000 pending
 // rows) with 0, 100,000 and 1,000,000 done rows retained. Each level gets
 // its own freshly migrated database on the same server: done rows first
 // (older ids, as retention leaves them), then the pending rows, then VACUUM
@@ -72,7 +72,14 @@ func runClaimCost(ctx context.Context, e *env) error {
 		}
 		logf("claim cost: database %s with %d done + 10,000 pending rows built in %s", name, retained, time.Since(t0).Round(time.Millisecond))
 	}
-	params := db.OutboxClaimParams{Owner: "bench", Batch: claimCostBatch, Lease: time.Minute, MaxAttempts: 12, RecoverExpired: true}
+	claim := strings.NewReplacer(
+		"@max_attempts::integer", "$1::integer",
+		"@recover_expired::boolean", "$2::boolean",
+		"@batch::integer", "$3::integer",
+		"@owner::text", "$4::text",
+		"@lease::interval", "$5::interval",
+	).Replace(singleClaimSQL)
+	args := []any{12, true, claimCostBatch, "bench", time.Minute}
 	for i := -20; i < iters; i++ { // 20 warm-up rounds (plan cache, buffers)
 		for _, l := range ls {
 			tx, err := l.conn.Begin(ctx)
@@ -80,7 +87,7 @@ func runClaimCost(ctx context.Context, e *env) error {
 				return err
 			}
 			start := time.Now()
-			rows, err := db.New(tx).OutboxClaim(ctx, params)
+			rows, err := claimedIDs(ctx, tx, claim, args)
 			el := time.Since(start)
 			_ = tx.Rollback(ctx)
 			if err != nil || len(rows) != claimCostBatch {
@@ -163,4 +170,19 @@ func claimPlan(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 		index = "ready branch: " + strings.Join(lines, " | ")
 	}
 	return index + "; " + exec, nil
+}
+
+// claimedIDs runs a claim and returns the ids it claimed.
+func claimedIDs(ctx context.Context, tx pgx.Tx, sql string, args []any) ([]int64, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+		vals, err := r.Values()
+		if err != nil {
+			return 0, err
+		}
+		return vals[0].(int64), nil
+	})
 }

@@ -298,7 +298,7 @@ func writeReport(out string, r *results) error {
 	if len(r.ClaimCost) > 0 {
 		p("## 3. Claim cost vs retained rows")
 		p("")
-		p("`OutboxClaim` of %d with 10,000 pending rows and 0, 100,000 and 1,000,000 done rows retained (built with `INSERT ... SELECT generate_series`, done rows first so they hold the older ids, then `VACUUM ANALYZE`, `CHECKPOINT`). Each claim runs in a transaction that is rolled back, so every iteration sees the same queue; %d timed claims after 20 warm-up claims; client-side round trip.", claimCostBatch, r.ClaimCost[0].Iter)
+		p("The single-statement claim of earlier releases (`OutboxClaim`: an expired lease alone, else pending rows from the start of the queue in `(txid, id)` order; the relay's own claim starts from a cursor) of %d with 10,000 pending rows and 0, 100,000 and 1,000,000 done rows retained (built with `INSERT ... SELECT generate_series`, done rows first so they hold the older ids, then `VACUUM ANALYZE`, `CHECKPOINT`). Each claim runs in a transaction that is rolled back, so every iteration sees the same queue; %d timed claims after 20 warm-up claims; client-side round trip.", claimCostBatch, r.ClaimCost[0].Iter)
 		p("")
 		p("| Done rows retained | p50 | mean | p99 | vs none (p50) | Plan of the ready branch |")
 		p("| --- | --- | --- | --- | --- | --- |")
@@ -344,7 +344,7 @@ func writeReport(out string, r *results) error {
 		if r.CeilingDetail != "" {
 			p("- By client count (%s fresh pending rows each, `VACUUM ANALYZE`, `CHECKPOINT` before each run): %s.", kfmt(float64(r.CeilingRows)), r.CeilingDetail)
 		}
-		p("- Earlier versions of the ceiling ran `OutboxClaim` with its ids aggregated on the server (`\\gset`, no message leaving it) and `OutboxMarkDoneMany`: cheaper than the dispatcher's statements can be, since no row is converted and sent. It is the claim-only figure in the list above.")
+		p("- Earlier versions of the ceiling ran the single-statement claim with its ids aggregated on the server (`\\gset`, no message leaving it) and `OutboxMarkDoneMany`: cheaper than the dispatcher's statements can be, since no row is converted and sent. It is the claim-only figure in the list above.")
 		p("- Why the dispatcher stays below it: pgbench's clients do nothing but the statements, so the server gets both cores; the dispatcher process itself needs a share of them (decoding rows, handing messages to publish goroutines, timers, GC), and one dispatcher runs one claim at a time where two pgbench clients run two.")
 		p("")
 	}
