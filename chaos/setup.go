@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/pgcluster"
 )
@@ -334,8 +335,8 @@ func verifyRoles(ctx context.Context, e *env) ([]roleCheck, error) {
 	var seen int64
 	var errW error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		var w *db.OutboxOrderedCommitWaitsRow
-		w, errW = db.New(relay).OutboxOrderedCommitWaits(ctx)
+		var w *opsdb.OutboxOrderedCommitWaitsRow
+		w, errW = opsdb.New(relay).OutboxOrderedCommitWaits(ctx)
 		if errW != nil || w.WaitingCommits > 0 {
 			seen = w.WaitingCommits
 			break

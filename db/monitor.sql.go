@@ -11,45 +11,6 @@ import (
 	"time"
 )
 
-const outboxAttemptsHistogram = `-- name: OutboxAttemptsHistogram :many
-SELECT attempts, count(*) AS count
-  FROM outbox
- WHERE status IN ('pending', 'processing')
- GROUP BY attempts
- ORDER BY attempts
-`
-
-type OutboxAttemptsHistogramRow struct {
-	Attempts int32 `json:"attempts"`
-	Count    int64 `json:"count"`
-}
-
-// OutboxAttemptsHistogram: attempts distribution of undelivered messages
-// (retries piling up).
-// Lock strategy: none (a read; no row locks).
-// No rows: nothing undelivered.
-// Index: none: it scans the table (done rows included), as
-// OutboxCountByStatus does; run it at monitoring intervals (`pgoutbox stats`).
-func (q *Queries) OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error) {
-	rows, err := q.db.Query(ctx, outboxAttemptsHistogram)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*OutboxAttemptsHistogramRow
-	for rows.Next() {
-		var i OutboxAttemptsHistogramRow
-		if err := rows.Scan(&i.Attempts, &i.Count); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const outboxBlockedAggregates = `-- name: OutboxBlockedAggregates :many
 WITH undelivered AS (
     SELECT aggregate_id, count(*) AS backlog, min(created_at) AS oldest_created_at
@@ -132,44 +93,6 @@ func (q *Queries) OutboxBlockedAggregates(ctx context.Context, arg OutboxBlocked
 	return items, nil
 }
 
-const outboxCountByStatus = `-- name: OutboxCountByStatus :many
-
-SELECT status, count(*) AS count
-  FROM outbox
- GROUP BY status
- ORDER BY status
-`
-
-type OutboxCountByStatusRow struct {
-	Status string `json:"status"`
-	Count  int64  `json:"count"`
-}
-
-// Monitoring: queue depth, oldest pending age, expired leases, attempts and
-// blocked aggregates; read-only, no locks taken.
-// OutboxCountByStatus: queue depth by status.
-// Scans the table (done rows included); run it at monitoring intervals.
-// Lock strategy: none (a read; no row locks).
-func (q *Queries) OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error) {
-	rows, err := q.db.Query(ctx, outboxCountByStatus)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*OutboxCountByStatusRow
-	for rows.Next() {
-		var i OutboxCountByStatusRow
-		if err := rows.Scan(&i.Status, &i.Count); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const outboxExpiredLeases = `-- name: OutboxExpiredLeases :one
 SELECT count(*) AS expired_leases
   FROM outbox
@@ -218,51 +141,8 @@ func (q *Queries) OutboxOldestPendingAge(ctx context.Context) (float64, error) {
 	return oldest_age_seconds, err
 }
 
-const outboxOrderedCommitWaits = `-- name: OutboxOrderedCommitWaits :one
-SELECT count(*) AS waiting_commits,
-       coalesce(extract(epoch FROM now() - min(coalesce((to_jsonb(l.*) ->> 'waitstart')::timestamptz, a.query_start))), 0)::float8 AS longest_wait_seconds
-  FROM pg_catalog.pg_locks AS l
-  LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
- WHERE l.locktype = 'advisory'
-   AND l.objsubid = 1
-   AND NOT l.granted
-   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
-   AND l.classid = to_regclass('outbox')::oid
-`
-
-type OutboxOrderedCommitWaitsRow struct {
-	WaitingCommits     int64   `json:"waiting_commits"`
-	LongestWaitSeconds float64 `json:"longest_wait_seconds"`
-}
-
-// OutboxOrderedCommitWaits: producers whose COMMIT is waiting for another
-// transaction of the same aggregate to finish committing (the per-aggregate
-// lock of the trigger outbox_commit_order, migration 00004), and how long the
-// longest has waited. Ordered delivery has no horizon: open transactions
-// elsewhere on the server delay no head, and an ordered row is invisible
-// (and unsequenced) until its own COMMIT. What ordered writes do cost is this
-// wait: commits of one aggregate go one at a time, so a steady non-zero count
-// means a hot aggregate; a wait as long as a transaction means a producer
-// holds the lock from its insert (SET CONSTRAINTS ALL IMMEDIATE, where
-// opposite write orders can also deadlock: PostgreSQL aborts one with
-// SQLSTATE 40P01 after deadlock_timeout).
-// Reads pg_locks (visible to every role, unlike other roles' rows of
-// pg_stat_activity): advisory locks in the single-bigint key space whose
-// upper 32 bits (classid) are this table's oid, not granted, in this database.
-// No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
-// The wait starts at pg_locks.waitstart (PostgreSQL 14 and later; read
-// through to_jsonb so that the statement also parses on 13, which has no such
-// column); on 13, at the waiting statement's start (the COMMIT), where this
-// role may see the waiter's pg_stat_activity row, else 0.
-// Lock strategy: none (reads pg_locks). Always one row.
-func (q *Queries) OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error) {
-	row := q.db.QueryRow(ctx, outboxOrderedCommitWaits)
-	var i OutboxOrderedCommitWaitsRow
-	err := row.Scan(&i.WaitingCommits, &i.LongestWaitSeconds)
-	return &i, err
-}
-
 const outboxQueueDepth = `-- name: OutboxQueueDepth :one
+
 WITH u AS MATERIALIZED ( -- each count once (inlined, the CASE would repeat them)
     SELECT (SELECT count(*) FROM outbox WHERE status = 'pending' AND NOT ordered)
            + (SELECT count(*) FROM outbox WHERE status = 'pending' AND ordered AND seq IS NOT NULL) AS pending,
@@ -289,6 +169,11 @@ type OutboxQueueDepthRow struct {
 	Done       int64 `json:"done"`
 }
 
+// The relay's gauges (its metrics and stats log) and the reads `pgoutbox
+// stats` shares with it: queue depth, oldest pending age, expired leases and
+// blocked aggregates; read-only, no locks taken. Queue depth by status, the
+// attempts distribution and COMMIT waits are operators' reads, in
+// queries/ops/monitor.sql.
 // OutboxQueueDepth: the dispatchers' queue-depth gauges (Config.StatsInterval,
 // every relay): undelivered rows by status, counted exactly through their
 // partial indexes, and the done rows counted up to 10,000 (outbox_finished)

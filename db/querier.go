@@ -9,13 +9,6 @@ import (
 )
 
 type Querier interface {
-	// OutboxAttemptsHistogram: attempts distribution of undelivered messages
-	// (retries piling up).
-	// Lock strategy: none (a read; no row locks).
-	// No rows: nothing undelivered.
-	// Index: none: it scans the table (done rows included), as
-	// OutboxCountByStatus does; run it at monitoring intervals (`pgoutbox stats`).
-	OutboxAttemptsHistogram(ctx context.Context) ([]*OutboxAttemptsHistogramRow, error)
 	// OutboxBlockedAggregates: ordered aggregates whose head is dead, or has not
 	// been delivered for longer than @stalled_after (database clock), with the
 	// size of the backlog waiting behind the head. The head is the lowest seq
@@ -239,12 +232,6 @@ type Querier interface {
 	// 0 rows: nothing new is claimable since the cursor; with fewer rows than
 	// @batch the window is exhausted and the caller advances the cursor.
 	OutboxClaimWindow(ctx context.Context, arg OutboxClaimWindowParams) ([]*OutboxClaimWindowRow, error)
-	// Monitoring: queue depth, oldest pending age, expired leases, attempts and
-	// blocked aggregates; read-only, no locks taken.
-	// OutboxCountByStatus: queue depth by status.
-	// Scans the table (done rows included); run it at monitoring intervals.
-	// Lock strategy: none (a read; no row locks).
-	OutboxCountByStatus(ctx context.Context) ([]*OutboxCountByStatusRow, error)
 	// OutboxDeadTuples: what the outbox table carries that vacuum has not
 	// removed yet, from the statistics collector (approximate, updated as
 	// sessions report): dead and live row versions, and how long ago (auto)vacuum
@@ -477,27 +464,6 @@ type Querier interface {
 	// uncommitted one (invisible here).
 	// Lock strategy: none (a read; no row locks).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
-	// OutboxOrderedCommitWaits: producers whose COMMIT is waiting for another
-	// transaction of the same aggregate to finish committing (the per-aggregate
-	// lock of the trigger outbox_commit_order, migration 00004), and how long the
-	// longest has waited. Ordered delivery has no horizon: open transactions
-	// elsewhere on the server delay no head, and an ordered row is invisible
-	// (and unsequenced) until its own COMMIT. What ordered writes do cost is this
-	// wait: commits of one aggregate go one at a time, so a steady non-zero count
-	// means a hot aggregate; a wait as long as a transaction means a producer
-	// holds the lock from its insert (SET CONSTRAINTS ALL IMMEDIATE, where
-	// opposite write orders can also deadlock: PostgreSQL aborts one with
-	// SQLSTATE 40P01 after deadlock_timeout).
-	// Reads pg_locks (visible to every role, unlike other roles' rows of
-	// pg_stat_activity): advisory locks in the single-bigint key space whose
-	// upper 32 bits (classid) are this table's oid, not granted, in this database.
-	// No index; pg_locks is the lock manager's memory. 0 / 0: nobody waits.
-	// The wait starts at pg_locks.waitstart (PostgreSQL 14 and later; read
-	// through to_jsonb so that the statement also parses on 13, which has no such
-	// column); on 13, at the waiting statement's start (the COMMIT), where this
-	// role may see the waiter's pg_stat_activity row, else 0.
-	// Lock strategy: none (reads pg_locks). Always one row.
-	OutboxOrderedCommitWaits(ctx context.Context) (*OutboxOrderedCommitWaitsRow, error)
 	// OutboxPortability counts, up to @cap each, what the queries above would
 	// repair: ordered rows never sequenced, pending rows and heads with a txid
 	// this server has not assigned, and sequences behind the rows.
@@ -506,6 +472,11 @@ type Querier interface {
 	// outbox_ordered_txid, the primary key.
 	// Always one row (all 0: nothing to repair).
 	OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error)
+	// The relay's gauges (its metrics and stats log) and the reads `pgoutbox
+	// stats` shares with it: queue depth, oldest pending age, expired leases and
+	// blocked aggregates; read-only, no locks taken. Queue depth by status, the
+	// attempts distribution and COMMIT waits are operators' reads, in
+	// queries/ops/monitor.sql.
 	// OutboxQueueDepth: the dispatchers' queue-depth gauges (Config.StatsInterval,
 	// every relay): undelivered rows by status, counted exactly through their
 	// partial indexes, and the done rows counted up to 10,000 (outbox_finished)

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
-	"github.com/pgoutbox/pgoutbox/db"
+	"github.com/pgoutbox/pgoutbox/db/opsdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 	"github.com/pgoutbox/pgoutbox/internal/sqlrename"
 	"github.com/pgoutbox/pgoutbox/migrations"
@@ -103,7 +103,7 @@ func TestDispatcher_RenamedTableInSchemaDelivers(t *testing.T) {
 
 	// Rows read through the db package with TableDBTX come from hr.hr_outbox.
 	pq, _ := dispatcher.TableDBTX(b.pool, "hr_outbox", "hr")
-	counts, err := db.New(pq).OutboxCountByStatus(ctx)
+	counts, err := opsdb.New(pq).OutboxCountByStatus(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -354,11 +354,11 @@ func TestMonitoring_SeedQueries(t *testing.T) {
 	b.markDone(t, cs[2])
 	b.waitLeasesExpired(t)
 
-	counts, err := b.q.OutboxCountByStatus(ctx)
+	counts, err := b.ops.OutboxCountByStatus(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []*db.OutboxCountByStatusRow{{Status: "done", Count: 1}, {Status: "pending", Count: 3}, {Status: "processing", Count: 2}}
+	want := []*opsdb.OutboxCountByStatusRow{{Status: "done", Count: 1}, {Status: "pending", Count: 3}, {Status: "processing", Count: 2}}
 	if diff := cmp.Diff(want, counts); diff != "" {
 		t.Fatalf("count by status (-want +got):\n%s", diff)
 	}
@@ -370,11 +370,11 @@ func TestMonitoring_SeedQueries(t *testing.T) {
 	if err != nil || exp != 2 {
 		t.Fatalf("expired leases = %d (err %v), want 2", exp, err)
 	}
-	hist, err := b.q.OutboxAttemptsHistogram(ctx)
+	hist, err := b.ops.OutboxAttemptsHistogram(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]*db.OutboxAttemptsHistogramRow{{Attempts: 0, Count: 3}, {Attempts: 1, Count: 2}}, hist); diff != "" {
+	if diff := cmp.Diff([]*opsdb.OutboxAttemptsHistogramRow{{Attempts: 0, Count: 3}, {Attempts: 1, Count: 2}}, hist); diff != "" {
 		t.Fatalf("attempts histogram (-want +got):\n%s", diff)
 	}
 	// The seed's own monitoring SQL runs unchanged against this schema.

@@ -391,7 +391,7 @@ func TestOrderedClaim_CopyIsSequencedAtCommitInInsertionOrder(t *testing.T) {
 func waitCommitWaits(t *testing.T, b *bundle, n int64) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		w, err := b.q.OutboxOrderedCommitWaits(context.Background())
+		w, err := b.ops.OutboxOrderedCommitWaits(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

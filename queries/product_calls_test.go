@@ -65,3 +65,39 @@ func TestEveryQueryIsCalledByProductCode(t *testing.T) {
 		}
 	}
 }
+
+// The top folder, queries/*.sql, is the core a team copies: exactly the
+// statements the relay (package dispatcher, producers' Enqueue included)
+// runs. An operator's or the console's read belongs in queries/ops/ or
+// queries/console/.
+func TestCoreQueriesAreTheRelays(t *testing.T) {
+	var relay strings.Builder
+	files, err := filepath.Glob(filepath.Join("..", "dispatcher", "*.go"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("dispatcher sources: %d (%v)", len(files), err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		relay.Write(b)
+	}
+	code := relay.String()
+	core := 0
+	for _, q := range queryFiles(t) {
+		if filepath.Dir(q.path) != "." {
+			continue
+		}
+		core++
+		if !regexp.MustCompile(`\.` + q.name + `\(`).MatchString(code) {
+			t.Errorf("%s (%s) is in the core folder but the relay never runs it: move it to queries/ops/ or queries/console/", q.name, q.path)
+		}
+	}
+	if core < 20 {
+		t.Fatalf("found %d queries in queries/*.sql: the filter is broken", core)
+	}
+}

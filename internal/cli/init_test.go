@@ -312,9 +312,9 @@ func run() error {
 	if err != nil || len(done) != 1 {
 		return fmt.Errorf("mark done: %v %v", done, err)
 	}
-	counts, err := q.BillingOutboxCountByStatus(ctx)
-	if err != nil || len(counts) != 1 || counts[0].Status != "done" || counts[0].Count != 1 {
-		return fmt.Errorf("count by status: %+v %v", counts, err)
+	var status string
+	if err := conn.QueryRow(ctx, "SELECT status FROM billing_outbox WHERE id = $1", id).Scan(&status); err != nil || status != "done" {
+		return fmt.Errorf("status after mark done: %q %v", status, err)
 	}
 	if err := q.BillingOutboxNotify(ctx); err != nil {
 		return fmt.Errorf("notify: %w", err)

@@ -177,13 +177,13 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-	q := a.queries(tx)
+	q, ops := a.queries(tx), a.ops(tx)
 	rep := &statsReport{Table: a.tableName(), At: a.now().UTC(), ByStatus: map[string]int64{}, StalledAfterSeconds: stalledAfter.Seconds(),
 		Attempts: []attemptsRow{}, Blocked: []blockedAggregate{}}
 	for _, s := range statusOrder {
 		rep.ByStatus[s] = 0
 	}
-	counts, err := q.OutboxCountByStatus(qctx)
+	counts, err := ops.OutboxCountByStatus(qctx)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 	if rep.ExpiredLeases, err = q.OutboxExpiredLeases(qctx); err != nil {
 		return nil, err
 	}
-	hist, err := q.OutboxAttemptsHistogram(qctx)
+	hist, err := ops.OutboxAttemptsHistogram(qctx)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (a *app) readStats(ctx context.Context, pool *pgxpool.Pool, stalledAfter ti
 			HeadAttempts: b.HeadAttempts, HeadLastError: b.HeadLastError, Backlog: b.Backlog, OldestAgeSeconds: b.OldestAgeSeconds,
 		})
 	}
-	cw, err := q.OutboxOrderedCommitWaits(qctx)
+	cw, err := ops.OutboxOrderedCommitWaits(qctx)
 	if err != nil {
 		return nil, err
 	}
