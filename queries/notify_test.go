@@ -100,7 +100,10 @@ func TestNotify_OneProducerTransactionAtATimeHoldsTheNotifyGate(t *testing.T) {
 	ev := db.OutboxEnqueueParams{AggregateType: "o", AggregateID: "a", EventType: "E", Payload: []byte(`{}`)}
 	gateHeld := func() bool {
 		var held bool
+		// pg_locks lists every database's locks, and the parallel tests'
+		// databases are copies of one template: the same table oid.
 		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 			AND classid = 'outbox'::regclass::oid AND objid = 1869968482 AND objsubid = 2)`).Scan(&held); err != nil {
 			t.Fatal(err)
 		}
