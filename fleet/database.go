@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgoutbox/pgoutbox/db/fleetdb"
 )
 
 // Database is one database of the fleet.
@@ -81,13 +82,13 @@ func WithDatabase(serverURL, name string) string {
 
 // ListDatabases returns a Discover function listing the databases of the
 // server serverURL connects to whose name matches the SQL LIKE pattern
-// (templates and databases that do not allow connections are left out),
-// each named after its database and reached through serverURL with its
-// database replaced.
+// (templates and databases that do not allow connections are left out:
+// FleetListDatabases, queries/fleet/fleet.sql), each named after its
+// database and reached through serverURL with its database replaced.
 func ListDatabases(serverURL, pattern string) func(context.Context) ([]Database, error) {
-	return QueryDatabases(serverURL, `SELECT datname FROM pg_database
-		WHERE datallowconn AND NOT datistemplate AND datname LIKE '`+strings.ReplaceAll(pattern, "'", "''")+`'
-		ORDER BY datname`)
+	return discover(serverURL, func(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+		return fleetdb.New(conn).FleetListDatabases(ctx, pattern)
+	})
 }
 
 // QueryDatabases returns a Discover function that runs query on serverURL:
@@ -95,25 +96,39 @@ func ListDatabases(serverURL, pattern string) func(context.Context) ([]Database,
 // serverURL with the database replaced) or a connection URL (a value
 // holding "://" or "="). Databases are named as by Databases.
 func QueryDatabases(serverURL, query string) func(context.Context) ([]Database, error) {
-	return func(ctx context.Context) ([]Database, error) {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, serverURL)
+	return discover(serverURL, func(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+		rows, err := conn.Query(ctx, query)
 		if err != nil {
-			return nil, fmt.Errorf("discover databases: %w", err)
+			return nil, err
 		}
-		defer conn.Close(context.WithoutCancel(ctx))
-		rows, err := conn.Query(ctx, query, pgx.QueryExecModeSimpleProtocol)
-		if err != nil {
-			return nil, fmt.Errorf("discover databases: %w", err)
-		}
-		values, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
 			v, err := r.Values()
 			if err != nil || len(v) == 0 {
 				return "", err
 			}
 			return fmt.Sprint(v[0]), nil
 		})
+	})
+}
+
+// discover connects to serverURL (the simple protocol: no prepared
+// statement, so a pooler in front of the server is no matter), lists
+// database names or URLs with list, and names the databases.
+func discover(serverURL string, list func(context.Context, *pgx.Conn) ([]string, error)) func(context.Context) ([]Database, error) {
+	return func(ctx context.Context) ([]Database, error) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		cfg, err := pgx.ParseConfig(serverURL)
+		if err != nil {
+			return nil, fmt.Errorf("discover databases: %w", err)
+		}
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("discover databases: %w", err)
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		values, err := list(ctx, conn)
 		if err != nil {
 			return nil, fmt.Errorf("discover databases: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/pgoutbox/pgoutbox/db/fleetdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
@@ -265,16 +266,14 @@ func (m *member) retire(d *dispatcher.Dispatcher) {
 func check(ctx context.Context, pool *pgxpool.Pool, cfg dispatcher.Config) error {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	var recovery bool
-	var readOnly string
-	err := pool.QueryRow(cctx, "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')").Scan(&recovery, &readOnly)
+	w, err := fleetdb.New(pool).FleetWritable(cctx)
 	if err != nil {
 		return classify(err)
 	}
-	if recovery {
+	if w.InRecovery {
 		return errors.New("read-only: the server is a standby (in recovery)")
 	}
-	if readOnly == "on" {
+	if w.ReadOnly == "on" {
 		return errors.New("read-only: default_transaction_read_only is on")
 	}
 	if err := dispatcher.CheckTable(cctx, pool, cfg.Table, cfg.Schema); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/db/fleetdb"
 	"github.com/pgoutbox/pgoutbox/dispatcher"
 )
 
@@ -156,27 +157,18 @@ func (f *Fleet) probe(ctx context.Context, server string) {
 		}
 		if conn != nil {
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			rows, err := conn.Query(qctx, "SELECT datname, tup_inserted FROM pg_stat_database WHERE datname IS NOT NULL")
-			if err == nil {
-				for rows.Next() {
-					var name string
-					var n int64
-					if rows.Scan(&name, &n) != nil {
-						continue
+			counts, err := fleetdb.New(conn).FleetInsertCounts(qctx)
+			for _, c := range counts {
+				// A database seen for the first time is polled too: what
+				// was written before the probe began is not in the counter's
+				// moves.
+				if old, ok := seen[c.Datname]; !ok || old != c.TupInserted {
+					for _, m := range byName[c.Datname] {
+						m.kickMember()
+						f.probeWakes.Add(1)
 					}
-					// A database seen for the first time is polled too: what
-					// was written before the probe began is not in the counter's
-					// moves.
-					if old, ok := seen[name]; !ok || old != n {
-						for _, m := range byName[name] {
-							m.kickMember()
-							f.probeWakes.Add(1)
-						}
-					}
-					seen[name] = n
 				}
-				rows.Close()
-				err = rows.Err()
+				seen[c.Datname] = c.TupInserted
 			}
 			cancel()
 			f.probes.Add(1)
