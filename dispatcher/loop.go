@@ -24,8 +24,9 @@ import (
 //  3. fenced finalize (writeResults, finalizeMany): the finalizer batches the
 //     outcomes and writes each one WHERE id = ? AND status = 'processing' AND
 //     lease_version = ? AND lease_owner = ?; a row whose lease was taken
-//     over is left alone and missing from the result, and its worker logs the
-//     lost lease instead of overwriting the newer owner.
+//     over is left alone and missing from the result, and writeResults counts
+//     and logs the lost lease (leaseLost) instead of overwriting the newer
+//     owner.
 //
 // The lanes that recover expired leases and isolate poison messages are in
 // isolate.go; the claim cursor's window in window.go; batching in
