@@ -200,3 +200,31 @@ func TestInitUpgrade_NamesQueryFilesNoLongerShipped(t *testing.T) {
 		t.Errorf("a shipped file named as no longer shipped:\n%s", r.stderr)
 	}
 }
+
+// init --upgrade names the queries a rewritten file no longer holds: a copy
+// of an earlier release whose claim.sql and monitor.sql held the
+// single-statement claim and the operators' monitoring reads.
+func TestInitUpgrade_NamesQueriesTheRewrittenFilesNoLongerHold(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "outbox")
+	args := []string{"init", "--table", "hr_outbox", "--dir", dir}
+	wantCode(t, call(t, invocation{}, args...), ExitOK)
+	for _, f := range []struct{ file, query string }{
+		{"claim.sql", "HrOutboxClaim"}, {"monitor.sql", "HrOutboxCountByStatus"},
+	} {
+		p := filepath.Join(dir, "queries", f.file)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, p, string(b)+"\n-- "+f.query+" of an earlier release.\n-- name: "+f.query+" :one\nSELECT 1 AS one;\n")
+	}
+	r := call(t, invocation{}, append(args, "--upgrade")...)
+	wantCode(t, r, ExitOK)
+	mustContain(t, r, "stderr", "queries the rewritten files no longer hold (their methods go at your next sqlc generate; the relay never ran them, and `pgoutbox stats` and the CLI keep the operators' reads): HrOutboxClaim, HrOutboxCountByStatus\n")
+	r = call(t, invocation{}, append(args, "--upgrade")...)
+	wantCode(t, r, ExitOK)
+	if strings.Contains(r.stderr, "no longer hold") {
+		t.Errorf("a second upgrade names queries again:\n%s", r.stderr)
+	}
+}

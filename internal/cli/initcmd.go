@@ -373,6 +373,16 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	}
 
 	var existing []string
+	// The queries the rewritten files held before and hold now: those gone
+	// are named, since their generated methods go at the next sqlc generate.
+	before, after := map[string]bool{}, map[string]bool{}
+	for _, fl := range files {
+		if strings.HasPrefix(fl.path, queryDir) {
+			for _, m := range queryNameRe.FindAllStringSubmatch(fl.body, -1) {
+				after[m[1]] = true
+			}
+		}
+	}
 	for _, fl := range files {
 		b, err := os.ReadFile(fl.path)
 		switch {
@@ -380,6 +390,9 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 			// --upgrade rewrites pgoutbox's query files: those init wrote
 			// before, or copied by hand (they hold this table's query names).
 			if *upgrade && strings.HasPrefix(fl.path, queryDir) && isPgoutboxQueries(b, r.Camel()) {
+				for _, m := range queryNameRe.FindAllStringSubmatch(string(b), -1) {
+					before[m[1]] = true
+				}
 				continue
 			}
 			existing = append(existing, fl.path)
@@ -499,6 +512,16 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	for _, p := range stale {
 		fmt.Fprintf(a.stderr, "  %s: no longer part of pgoutbox's queries (this release does not update it); delete it unless your code calls its queries\n", p)
 	}
+	var gone []string
+	for n := range before {
+		if !after[n] {
+			gone = append(gone, n)
+		}
+	}
+	if len(gone) > 0 {
+		sort.Strings(gone)
+		fmt.Fprintf(a.stderr, "  queries the rewritten files no longer hold (their methods go at your next sqlc generate; the relay never ran them, and `pgoutbox stats` and the CLI keep the operators' reads): %s\n", strings.Join(gone, ", "))
+	}
 
 	// The sqlc entry: printed, written, or (on --upgrade) only what changed.
 	fmt.Fprintln(a.stderr)
@@ -551,6 +574,9 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 	fmt.Fprintf(a.stderr, "Producers call %sEnqueue (package %s) inside their business transaction (it wakes an idle relay at COMMIT; after rows of your own, call %sWake).\nIn Go: dispatcher.Config{Table: %q, Schema: %q}.\n", r.Camel(), *pkg, r.Camel(), *table, *schema)
 	return nil
 }
+
+// queryNameRe finds the query names of an sqlc query file.
+var queryNameRe = regexp.MustCompile(`(?m)^-- name: (\w+) :`)
 
 // isPgoutboxQueries reports whether a query file was copied from pgoutbox:
 // written by init, or copied by hand (it holds this table's query names).
