@@ -182,7 +182,7 @@ func (c *Config) validate() error {
 type Console struct {
 	cfg     Config
 	pool    *pgxpool.Pool
-	q       *db.Queries        // the relay's and operators' queries (queries/)
+	q       *db.Queries        // the relay's queries (queries/*.sql)
 	cq      *consoledb.Queries // the console's own (queries/console/)
 	oq      *opsdb.Queries     // operators' (queries/ops/)
 	log     *slog.Logger

@@ -26,13 +26,13 @@ const BaselineFile = "schema.sql"
 func Schema() string { return schemaSQL }
 
 // SchemaVersion is the migration version schema.sql stands for.
-func SchemaVersion() int64 { return BaselineVersion(schemaSQL) }
+func SchemaVersion() int64 { return baselineVersion(schemaSQL) }
 
 var baselineVersionRe = regexp.MustCompile(`(?m)^-- pgoutbox schema at migration (\d+)`)
 
-// BaselineVersion reads the version a baseline stands for from its first
+// baselineVersion reads the version a baseline stands for from its first
 // comment ("-- pgoutbox schema at migration 00019"); 0 when it names none.
-func BaselineVersion(sql string) int64 {
+func baselineVersion(sql string) int64 {
 	m := baselineVersionRe.FindStringSubmatch(sql)
 	if m == nil {
 		return 0
@@ -53,7 +53,7 @@ func (m *Migrator) SetBaseline(sql string) { m.baseline = sql }
 // time waits and then finds the versions recorded. nil, nil: the database
 // already has migrations, and the numbered files take it from there.
 func (m *Migrator) applyBaseline(ctx context.Context) (*goose.MigrationResult, error) {
-	v := BaselineVersion(m.baseline)
+	v := baselineVersion(m.baseline)
 	if v == 0 {
 		return nil, fmt.Errorf("baseline: its first line does not name the migration it stands for")
 	}

@@ -67,9 +67,9 @@ type Migrator struct {
 	baseline     string // schema.sql (renamed as the files are), "" = none
 }
 
-// New returns a Migrator over a *sql.DB (any driver goose's postgres dialect
-// accepts; pgx's stdlib is the one we test).
-// Up applies the baseline schema.sql to a database with no migration applied.
+// New returns a Migrator of the embedded migrations over a *sql.DB (any
+// driver goose's postgres dialect accepts; pgx's stdlib is the one we test),
+// with schema.sql as its baseline.
 func New(db *sql.DB) (*Migrator, error) {
 	m, err := NewWith(db, files, VersionTable)
 	if err != nil {
@@ -102,8 +102,8 @@ func NewWith(db *sql.DB, fsys fs.FS, versionTable string) (*Migrator, error) {
 // VersionTable is the goose version table this Migrator records in.
 func (m *Migrator) VersionTable() string { return m.versionTable }
 
-// FromPool returns a Migrator that runs over a pgx pool. Close releases the
-// *sql.DB wrapper, not the pool.
+// FromPool is New over a pgx pool. Close releases the *sql.DB wrapper, not
+// the pool.
 func FromPool(pool *pgxpool.Pool) (*Migrator, error) {
 	m, err := FromPoolWith(pool, files, VersionTable)
 	if err != nil {

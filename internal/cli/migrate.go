@@ -251,11 +251,16 @@ func (a *app) migratorPool(ctx context.Context, f *flags, dbURL string) (*migrat
 	return m, pool, func() { _ = m.Close(); pool.Close() }, nil
 }
 
+// rename is the rename of pgoutbox's SQL for --table and --schema.
+func (a *app) rename() (sqlrename.Rename, error) {
+	return sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+}
+
 // baselineSQL is migrations/schema.sql renamed for --table and --schema the
 // way migrationFiles renames each file: what `migrate up` applies to a
 // database where no migration is applied yet.
 func (a *app) baselineSQL() (string, error) {
-	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	r, err := a.rename()
 	if err != nil {
 		return "", err
 	}
@@ -280,7 +285,7 @@ func appliedLine(r *goose.MigrationResult) string {
 // --schema (the same rename as `pgoutbox init`; with --schema the first one
 // creates the schema).
 func (a *app) migrationFiles() (fs.FS, error) {
-	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	r, err := a.rename()
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +315,7 @@ func (a *app) migrationFiles() (fs.FS, error) {
 // version table (its migrations applied through another goose history, or by
 // hand), and then what its schema holds.
 func (a *app) migratedElsewhere(ctx context.Context, pool *pgxpool.Pool, versionTable string) (footprintStatus, string, bool, error) {
-	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	r, err := a.rename()
 	if err != nil {
 		return footprintStatus{}, "", false, err
 	}
@@ -338,7 +343,7 @@ func (a *app) migratedElsewhere(ctx context.Context, pool *pgxpool.Pool, version
 // given (with --schema, an outbox of the same name in another schema is a
 // second outbox on purpose).
 func (a *app) refuseSecondOutbox(ctx context.Context, pool *pgxpool.Pool, versionTable string) error {
-	r, err := sqlrename.New(cmp.Or(a.table, dispatcher.TableDefault), a.schema)
+	r, err := a.rename()
 	if err != nil {
 		return err
 	}
