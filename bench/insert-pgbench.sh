@@ -29,7 +29,7 @@
 # BEFORE_URL (optional): a second scratch database on the same server whose
 # outbox is at an earlier migration (pgoutbox migrate up, then
 # pgoutbox migrate down --to N): each round then also inserts into it
-# (unordered-before, ordered-before), so a schema change is measured before
+# (unordered-before, ordered-before, hot-before), so a schema change is measured before
 # and after in one run.
 #
 # The database must be a scratch one with the pgoutbox migrations applied
@@ -109,7 +109,7 @@ round() {
 
 cases="leased untriggered unordered enqueue ordered hot flush-bound"
 if [ -n "${BEFORE_URL:-}" ]; then
-	cases="leased untriggered unordered-before unordered enqueue ordered-before ordered hot flush-bound"
+	cases="leased untriggered unordered-before unordered enqueue ordered-before ordered hot-before hot flush-bound"
 	psql "$BEFORE_URL" -qtAX -v ON_ERROR_STOP=1 -c "SELECT 1 FROM outbox LIMIT 0" >/dev/null
 fi
 printf '%-6s %-16s %8s %7s %8s %12s\n' round case 'tx/s' 'vs plain' 'WAL B/tx' 'server us/tx'
@@ -122,6 +122,7 @@ for r in $(seq "$rounds"); do
 		case $name in
 		unordered-before) table=outbox script=$tmp/false.sql on=$BEFORE_URL ;;
 		ordered-before) table=outbox script=$tmp/true.sql on=$BEFORE_URL ;;
+		hot-before) table=outbox script=$tmp/hot.sql on=$BEFORE_URL ;;
 		leased | untriggered) table=bench_insert_$name script=$tmp/$name.sql ;;
 		unordered) table=outbox script=$tmp/false.sql ;;
 		enqueue) table=outbox script=$tmp/enqueue.sql ;;
@@ -149,3 +150,7 @@ done
 hot=$(awk '$1 == "hot" {print $2}' "$tmp/all" | median)
 bound=$(awk '$1 == "flush-bound" {print $2}' "$tmp/all" | median)
 awk -v h="$hot" -v b="$bound" 'BEGIN {printf "one hot aggregate: %d tx/s, %.0f%% of the WAL-flush bound (one session, plain inserts: %d tx/s)\n", h, 100 * h / b, b}'
+if [ -n "${BEFORE_URL:-}" ]; then
+	hotb=$(awk '$1 == "hot-before" {print $2}' "$tmp/all" | median)
+	awk -v h="$hotb" -v b="$bound" 'BEGIN {printf "one hot aggregate before: %d tx/s, %.0f%% of the WAL-flush bound\n", h, 100 * h / b}'
+fi

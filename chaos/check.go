@@ -436,9 +436,8 @@ func Check(h History) *Result {
 				}
 			case t.OldStatus == "pending" && t.NewStatus == "pending" && t.NewLV == t.OldLV && t.NewAttempts == t.OldAttempts:
 				// A pending row flagged head and stamped with a txid (the
-				// hand-off when the head before it is done, OutboxResolveHeads,
-				// OutboxRepairHeads; migration 00005): no delivery state
-				// changes.
+				// hand-off when the head before it is done, OutboxRepairHeads;
+				// migration 00005): no delivery state changes.
 				r.Requeues++
 			default:
 				// pending/done/dead rows change only through a claim (no

@@ -106,7 +106,8 @@ BEGIN
            o.lease_owner, n.lease_owner, current_setting('application_name'), left(n.last_error, 100),
            clock_timestamp()
       FROM old_rows AS o JOIN new_rows AS n USING (id)
-     -- not the producer's own commit-order UPDATE (00004), which only sets seq
+     -- not the relay's decision of a committed ordered event (00020), which
+     -- only sets seq and the position
      WHERE NOT (o.seq IS NULL AND n.seq IS NOT NULL AND o.status = n.status
                 AND o.lease_version = n.lease_version AND o.attempts = n.attempts);
     RETURN NULL;

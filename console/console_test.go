@@ -498,6 +498,7 @@ func TestConsole_BlockedFromHeads(t *testing.T) {
 	// c-leased: created 20 minutes ago, its head leased by a relay since.
 	exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, ordered, created_at)
 	      SELECT 'cart', 'c-leased', 'ItemRemoved', '{}', true, now() - interval '20 minutes' FROM generate_series(1, 2)`)
+	exec(`SELECT outbox_resolve_heads(1000)`) // as the relay does before its ordered claims
 	var leased int64
 	if err := f.pool.QueryRow(ctx, `UPDATE outbox SET status = 'processing', lease_owner = 'relay-z', lease_until = now() + interval '1 hour',
 	      lease_version = 1, attempts = 1 WHERE aggregate_id = 'c-leased' AND head RETURNING id`).Scan(&leased); err != nil {

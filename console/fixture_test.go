@@ -94,6 +94,7 @@ func newFixture(t *testing.T) *fixture {
 	      SELECT 'cart', 'c-' || (1 + g / 4), 'ItemAdded', jsonb_build_object('n', g), true, now() - interval '10 minutes'
 	        FROM generate_series(0, 7) AS g ORDER BY g RETURNING id`)
 	f.deadHead, f.slowHead = cart[0], cart[4]
+	exec(`SELECT outbox_resolve_heads(1000)`) // as the relay does before its ordered claims
 	exec(`UPDATE outbox SET status = 'dead', attempts = 8, last_error = 'webhook: HTTP 400 Bad Request' WHERE id = $1`, f.deadHead)
 	exec(`UPDATE outbox SET available_at = now() + interval '5 minutes', attempts = 3, last_error = 'webhook: HTTP 503' WHERE id = $1`, f.slowHead)
 	// The done rows above were inserted done, which the delivery counters

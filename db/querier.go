@@ -240,6 +240,30 @@ type Querier interface {
 	// Lock strategy: none. Always one row (zeros before any statistics).
 	// Index: none (one row of the statistics view pg_stat_user_tables; no table read).
 	OutboxDeadTuples(ctx context.Context) (*OutboxDeadTuplesRow, error)
+	// OutboxDecideCommitted moves the seq each ordered event drew at its
+	// producer's COMMIT (its row in outbox_sequenced) into the event and
+	// decides the event's head, prev_seq and sent_seq: a row is its aggregate's
+	// head when its previous row (the highest seq below its own) is done or
+	// skipped, or there is none. Up to @max_rows rows, lowest seq first, under
+	// the aggregates' advisory locks, read after taking them (in the function
+	// outbox_decide_committed, since one statement cannot read after its own
+	// locks). Decided rows are stamped with this transaction's txid, so the
+	// ordered cursor sees a new head as new. The dispatcher runs it right
+	// before each ordered claim and on every recovery pass, read committed.
+	// @after_seq, @seen_seq, @seen_holders and @server are what the previous
+	// call returned (0, 0, {} and '' the first time): the read starts above the
+	// floor @after_seq, so under a long-held snapshot it does not step over the
+	// dead entries of every row decided since. On another server than
+	// @server's (as OutboxClaimSnapshot tells them: a restart, a failover, a
+	// restored copy) or once outbox_seq went back, the floor starts over: seqs
+	// below it may be handed out again.
+	// Lock strategy: pg_advisory_xact_lock per aggregate, in key order; the
+	// rows of outbox_sequenced are taken by DELETE (one another relay took
+	// first is passed).
+	// Indexes: outbox_sequenced_pkey (from the floor), outbox_ordered_seq (one
+	// backward step per row).
+	// Always one row; decided is 0 when nothing was committed since.
+	OutboxDecideCommitted(ctx context.Context, arg OutboxDecideCommittedParams) (*OutboxDecideCommittedRow, error)
 	// Queries producers run inside their business transaction: the row commits or
 	// rolls back together with the business change, which is the point of an outbox.
 	//
@@ -465,11 +489,12 @@ type Querier interface {
 	// Lock strategy: none (a read; no row locks).
 	OutboxOldestPendingAge(ctx context.Context) (float64, error)
 	// OutboxPortability counts, up to @cap each, what the queries above would
-	// repair: ordered rows never sequenced, pending rows and heads with a txid
+	// repair: ordered rows never sequenced (no seq, and none waiting in
+	// outbox_sequenced for the relay to decide), pending rows and heads with a txid
 	// this server has not assigned, and sequences behind the rows.
 	// Lock strategy: none.
-	// Indexes: outbox_ordered_unresolved, outbox_pending_txid,
-	// outbox_ordered_txid, the primary key.
+	// Indexes: outbox_ordered_unresolved (and outbox_sequenced, a few rows,
+	// read whole), outbox_pending_txid, outbox_ordered_txid, the primary key.
 	// Always one row (all 0: nothing to repair).
 	OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error)
 	// The relay's gauges (its metrics and stats log) and the reads `pgoutbox
@@ -596,18 +621,6 @@ type Querier interface {
 	// Index: outbox_ordered_unresolved, outbox_ordered_seq.
 	// Returns the rows sequenced; 0 is the normal case.
 	OutboxRepairUnsequenced(ctx context.Context, maxRows int32) (int32, error)
-	// OutboxResolveHeads decides the head flag of up to @max_rows rows that
-	// REPEATABLE READ or SERIALIZABLE producers left undecided (head IS NULL;
-	// see migration 00005): a row is its aggregate's head when the aggregate's
-	// previous row (the highest seq below its own, any status) is done, or there
-	// is none — the COMMIT-time rule, under the same per-aggregate advisory
-	// locks, read after taking them (in the function outbox_resolve_heads, since
-	// one statement cannot read after its own locks). Run it read committed: the
-	// dispatcher's recovery lane does, every ReapInterval.
-	// Lock strategy: pg_advisory_xact_lock per aggregate, in key order.
-	// Indexes: outbox_ordered_unresolved, outbox_ordered_seq (one backward step).
-	// Returns the rows decided; 0 is the normal case.
-	OutboxResolveHeads(ctx context.Context, maxRows int32) (int32, error)
 	// Rows that came from another server (migration 00008): restored with
 	// pg_restore, copied by logical replication, or inserted while the table's
 	// triggers were off. The relay's recovery lane runs these when it starts and

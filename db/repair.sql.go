@@ -10,7 +10,11 @@ import (
 )
 
 const outboxPortability = `-- name: OutboxPortability :one
-SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox AS u WHERE u.ordered AND u.seq IS NULL LIMIT $1::integer) AS u) AS unsequenced,
+SELECT (SELECT count(*)
+          FROM (SELECT 1 FROM outbox AS u
+                 WHERE u.ordered AND u.seq IS NULL
+                   AND NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.message_id = u.id)
+                 LIMIT $1::integer) AS u) AS unsequenced,
        (SELECT count(*)
           FROM ((SELECT 1
                    FROM outbox AS p
@@ -31,11 +35,12 @@ type OutboxPortabilityRow struct {
 }
 
 // OutboxPortability counts, up to @cap each, what the queries above would
-// repair: ordered rows never sequenced, pending rows and heads with a txid
+// repair: ordered rows never sequenced (no seq, and none waiting in
+// outbox_sequenced for the relay to decide), pending rows and heads with a txid
 // this server has not assigned, and sequences behind the rows.
 // Lock strategy: none.
-// Indexes: outbox_ordered_unresolved, outbox_pending_txid,
-// outbox_ordered_txid, the primary key.
+// Indexes: outbox_ordered_unresolved (and outbox_sequenced, a few rows,
+// read whole), outbox_pending_txid, outbox_ordered_txid, the primary key.
 // Always one row (all 0: nothing to repair).
 func (q *Queries) OutboxPortability(ctx context.Context, cap int32) (*OutboxPortabilityRow, error) {
 	row := q.db.QueryRow(ctx, outboxPortability, cap)

@@ -52,6 +52,7 @@ type Dispatcher struct {
 	stopping         atomic.Bool   // Run's context ended: start nothing new
 	window           windowState   // where the next unordered claim begins (window.go)
 	windowOrd        windowState   // where the next ordered claim begins
+	decided          decideFloor   // where the next OutboxDecideCommitted reads from (decide.go)
 	expired          expiredCursor // where the recovery lane's next pass reads expired leases (recovery_cursor.go)
 	sequencesChecked time.Time     // when the recovery lane last checked the sequences (moved.go)
 

@@ -135,7 +135,7 @@ type RepairReport struct {
 	Restamped       int64 // pending rows and heads re-stamped with a txid of this server
 	Sequenced       int64 // ordered rows sequenced (inserted with the table's triggers off)
 	SequencesMoved  int64 // sequences (id, seq) moved past the rows
-	HeadsDecided    int64 // undecided heads decided (REPEATABLE READ producers)
+	HeadsDecided    int64 // ordered events decided (committed since a relay last decided, or sequenced above)
 	HeadsFlagged    int64 // aggregates whose head was not flagged
 	NothingRepaired bool  // all of the above are 0
 }

@@ -16,8 +16,9 @@ import (
 // the recovery lane (REPEATABLE READ: deciding heads refused to run, and the
 // lane stopped there every pass) or could cut its statements and
 // transactions short: the relay sets what it needs on its own sessions. An
-// ordered event of a REPEATABLE READ producer (its head left undecided at
-// COMMIT), an unordered event and an expired lease are all delivered.
+// ordered event of a REPEATABLE READ producer (decided by the relay, as
+// every ordered event is), an unordered event and an expired lease are all
+// delivered.
 func TestSession_RoleSettingsOfTheDatabaseDoNotBreakTheRelay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,7 +45,7 @@ func TestSession_RoleSettingsOfTheDatabaseDoNotBreakTheRelay(t *testing.T) {
 	})
 
 	// A REPEATABLE READ producer: its ordered event's head is left for the
-	// relay to decide.
+	// relay to decide, which needs READ COMMITTED.
 	var ordered int64
 	err := pgx.BeginTxFunc(ctx, b.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		var err error
@@ -54,8 +55,8 @@ func TestSession_RoleSettingsOfTheDatabaseDoNotBreakTheRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := b.count(t, "id = $1 AND head IS NULL", ordered); n != 1 {
-		t.Fatal("the REPEATABLE READ producer's head was decided at COMMIT")
+	if n := b.count(t, "id = $1 AND seq IS NULL", ordered); n != 1 {
+		t.Fatal("the REPEATABLE READ producer's event was decided at COMMIT")
 	}
 	unordered := b.enqueue(t, 1, "y", false)[0]
 	var expired int64

@@ -203,8 +203,16 @@ func (d *Dispatcher) claimUnordered(ctx context.Context, n int, jobs chan<- *job
 
 // claimOrdered claims up to n ordered heads from the ordered cursor
 // (OutboxClaimOrderedWindow): at most one per aggregate, in the order they
-// became heads.
+// became heads. First it decides the ordered events committed since the
+// last claim (decideCommitted), so that a head committed just now is
+// claimed in this claim.
 func (d *Dispatcher) claimOrdered(ctx context.Context, n int, jobs chan<- *job) (int, error) {
+	if err := d.decideCommitted(ctx); err != nil && ctx.Err() == nil {
+		// The claim goes on: what was decided before is claimable, and the
+		// next claim or the recovery pass decides the rest.
+		d.log.Warn("deciding the ordered events committed since the last claim failed; the claim goes on",
+			slog.String("sqlstate", sqlState(err)), slog.Any("error", err))
+	}
 	return d.claimWindow(ctx, n, jobs, &d.windowOrd, true)
 }
 
@@ -280,8 +288,10 @@ func (d *Dispatcher) claimWindow(ctx context.Context, n int, jobs chan<- *job, w
 // Config.SweepInterval: OutboxClaimPassed / OutboxClaimPassedOrdered claim
 // the pending rows a cursor passed without anybody claiming them (a
 // concurrent claim that held them rolled back, or failed on one of them),
-// and this lane publishes each alone, as it does recovered leases; and
-// OutboxRepairHeads flags heads the triggers could not (see its comment).
+// and this lane publishes each alone, as it does recovered leases;
+// OutboxDecideCommitted from the start decides ordered events below the
+// claim loop's decide floor (decide.go); and OutboxRepairHeads flags heads
+// the triggers could not (see its comment).
 // They read from the start of the pending rows or of each aggregate, so they
 // pay what a claim used to pay under a long snapshot, but once per interval
 // and on the recovery lane, never in front of fresh work.
@@ -309,6 +319,12 @@ func (d *Dispatcher) sweepBehindCursor(ctx, hardCtx context.Context, sink doneSi
 	if d.cfg.Claim != ClaimUnorderedOnly {
 		if err := d.claimPassed(ctx, hardCtx, sink, rel, &d.windowOrd, true); err != nil {
 			return err
+		}
+		if n, err := d.decideFromStart(ctx); err != nil {
+			return err
+		} else if n > 0 {
+			d.log.Warn("decided ordered events below the decide floor", slog.Int64("count", n))
+			d.wakeUp()
 		}
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.ClaimTimeout)
 		n, err := d.q.OutboxRepairHeads(sctx)
@@ -386,29 +402,7 @@ func (d *Dispatcher) claimPassed(ctx, hardCtx context.Context, sink doneSink, re
 	return nil
 }
 
-// resolveHeads decides the heads that REPEATABLE READ or SERIALIZABLE
-// producers left undecided (OutboxResolveHeads), on every recovery pass, in
-// a READ COMMITTED transaction whatever the session's default isolation.
-func (d *Dispatcher) resolveHeads(ctx context.Context) error {
-	if d.cfg.Claim == ClaimUnorderedOnly {
-		return nil
-	}
-	n, err := d.decideHeads(ctx)
-	if n > 0 {
-		d.wakeUp()
-	}
-	return err
-}
-
-// decideHeads runs OutboxResolveHeads until it decides fewer than
-// sweepRows heads.
-func (d *Dispatcher) decideHeads(ctx context.Context) (int64, error) {
-	return d.readCommittedLoop(ctx, "resolve heads", func(ctx context.Context, q *db.Queries) (int32, error) {
-		return q.OutboxResolveHeads(ctx, int32(sweepRows))
-	})
-}
-
-// sweepRows bounds one OutboxClaimPassed or OutboxResolveHeads statement.
+// sweepRows bounds one OutboxClaimPassed or OutboxDecideCommitted statement.
 const sweepRows = 1000
 
 // sweepDuty paces the statements that read from the start of an index

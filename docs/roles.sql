@@ -35,7 +35,7 @@
 -- grant to get their rows sequenced, and cannot set seq themselves.
 -- `pgoutbox stats` reads producers' commit waits from pg_locks, which every
 -- role can read. The claim cursor's triggers and function (migration 00005:
--- the txid stamp, the head hand-off, outbox_resolve_heads) need no grant
+-- the txid stamp, the head hand-off, outbox_decide_committed) need no grant
 -- either: the stamp only sets a column of the row being updated, the others
 -- run as the table owner, and functions are executable by every role.
 --
@@ -82,6 +82,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relays TO pgoutbox_relay;
 -- only; pgoutbox's statements write them through a function that runs
 -- as the table owner.
 GRANT SELECT ON outbox_delivered TO pgoutbox_relay;
+-- Ordered events committed and not decided yet (migration 00020): read only,
+-- by the gauges; the relay decides them through a function that runs as
+-- the table owner.
+GRANT SELECT ON outbox_sequenced TO pgoutbox_relay;
 
 -- Operators: the relay's rights plus purge.
 GRANT pgoutbox_relay TO pgoutbox_admin;

@@ -1,6 +1,6 @@
--- pgoutbox schema at migration 00019: what the numbered migrations in this
+-- pgoutbox schema at migration 00020: what the numbered migrations in this
 -- folder build, in one file. `pgoutbox migrate up` applies it to a database
--- with no migration applied, in one transaction, recording versions 1 to 19;
+-- with no migration applied, in one transaction, recording versions 1 to 20;
 -- existing databases upgrade through the numbered files. sqlc compiles the
 -- queries against it; `make verify` builds the schema both ways and compares.
 
@@ -23,7 +23,7 @@ CREATE TABLE outbox (
     done_at        timestamptz,                         -- when it became done, dead or skipped
     headers        jsonb       NOT NULL DEFAULT '{}'::jsonb, -- trace context, content type, tenant
     ordered        boolean     NOT NULL DEFAULT false,  -- deliver in its aggregate's commit order
-    seq            bigint,     -- ordered: position in commit order, stamped at COMMIT
+    seq            bigint,     -- ordered: position in commit order, drawn at COMMIT
     -- The transaction that last made the row claimable (insert, retry, hand-off):
     -- the windowed claims read rows in (txid, id) order up to a snapshot.
     txid           xid8        NOT NULL DEFAULT pg_current_xact_id(),
@@ -104,6 +104,14 @@ CREATE TABLE outbox_relays (
     last_claim_at timestamptz, last_finalize_at timestamptz, stopped_at timestamptz
 );
 
+-- Ordered events committed and not yet decided by the relay: the seq each
+-- drew at COMMIT (outbox_commit_order), moved into the event and deleted
+-- by outbox_decide_committed. Normally a few rows.
+CREATE TABLE outbox_sequenced (
+    seq        bigint PRIMARY KEY,
+    message_id bigint NOT NULL
+);
+
 -- Takes the transaction-level advisory lock of each aggregate, once each and
 -- in key order, so two takers never wait on each other in a cycle. Key:
 -- (table oid << 32) | hashtext(aggregate_id).
@@ -160,58 +168,35 @@ $$;
 
 -- At COMMIT (a deferred constraint trigger): the transaction's ordered rows
 -- take the next values of outbox_seq under their aggregates' locks, so seq
--- is commit order per aggregate. In READ COMMITTED the trigger also decides
--- each row's head, prev_seq and sent_seq from the aggregate's latest row;
--- otherwise head stays NULL and outbox_resolve_heads decides it later.
+-- is commit order per aggregate, and each gets one narrow row in
+-- outbox_sequenced; the event itself is not updated. The relay decides the
+-- rest (outbox_resolve_heads).
 CREATE FUNCTION outbox_commit_order() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET enable_seqscan = off AS $$
 DECLARE
     from_key text := 'outbox.seq_from_' || TG_RELID;
     from_id  bigint := nullif(current_setting(from_key, true), '')::bigint;
     to_id    bigint := nullif(current_setting('outbox.seq_to_' || TG_RELID, true), '')::bigint;
-    decide   boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN
     PERFORM set_config(from_key, '', true);
     IF from_id IS NULL OR to_id IS NULL OR to_id = from_id THEN
         -- One ordered row (NEW, the one that queued this run).
         PERFORM outbox_lock_aggregates(ARRAY[NEW.aggregate_id]);
-        UPDATE outbox AS o
-           SET seq      = nextval('outbox_seq'),
-               prev_seq = CASE WHEN decide THEN p.seq END,
-               head     = CASE WHEN decide THEN p.seq IS NULL OR p.status IN ('done', 'skipped') END,
-               sent_seq = CASE WHEN decide AND (p.seq IS NULL OR p.status IN ('done', 'skipped'))
-                               THEN CASE WHEN p.status = 'done' THEN p.seq ELSE p.sent_seq END END
-          FROM (SELECT 1) AS one
-          LEFT JOIN (SELECT q.seq, q.status, q.sent_seq
-                       FROM outbox AS q
-                      WHERE q.ordered AND q.seq IS NOT NULL AND q.aggregate_id = NEW.aggregate_id
-                      ORDER BY q.aggregate_id, q.seq DESC LIMIT 1) AS p ON true
-         WHERE o.id = NEW.id AND o.seq IS NULL;
+        INSERT INTO outbox_sequenced (seq, message_id) VALUES (nextval('outbox_seq'), NEW.id);
         RETURN NULL;
     END IF;
+    -- The transaction's own ordered rows in its id span (other transactions'
+    -- rows in the span carry their own txid).
     PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox AS u
-                                          WHERE u.id BETWEEN from_id AND to_id AND u.ordered AND u.seq IS NULL));
-    -- nextval is evaluated after the ORDER BY of its own subquery level.
-    UPDATE outbox AS o
-       SET seq      = s.seq,
-           prev_seq = CASE WHEN s.before IS NOT NULL THEN s.before WHEN decide THEN p.seq END,
-           head     = CASE WHEN s.before IS NOT NULL THEN false
-                           WHEN decide THEN p.seq IS NULL OR p.status IN ('done', 'skipped') END,
-           sent_seq = CASE WHEN s.before IS NULL AND decide AND (p.seq IS NULL OR p.status IN ('done', 'skipped'))
-                           THEN CASE WHEN p.status = 'done' THEN p.seq ELSE p.sent_seq END END
-      FROM (SELECT n.id, n.aggregate_id, n.seq,
-                   lag(n.seq) OVER (PARTITION BY n.aggregate_id ORDER BY n.seq) AS before
-              FROM (SELECT m.id, m.aggregate_id, nextval('outbox_seq') AS seq
-                      FROM (SELECT u.id, u.aggregate_id
-                              FROM outbox AS u
-                             WHERE u.id BETWEEN from_id AND to_id AND u.ordered AND u.seq IS NULL
-                             ORDER BY u.id) AS m) AS n) AS s
-      LEFT JOIN LATERAL (
-            SELECT q.seq, q.status, q.sent_seq
-              FROM outbox AS q
-             WHERE s.before IS NULL AND q.ordered AND q.seq IS NOT NULL AND q.aggregate_id = s.aggregate_id
-             ORDER BY q.aggregate_id, q.seq DESC LIMIT 1) AS p ON true
-     WHERE o.id = s.id;
+                                          WHERE u.id BETWEEN from_id AND to_id AND u.ordered AND u.seq IS NULL
+                                            AND u.txid = pg_current_xact_id()));
+    -- nextval is evaluated after the ORDER BY of the subquery below it.
+    INSERT INTO outbox_sequenced (seq, message_id)
+    SELECT nextval('outbox_seq'), m.id
+      FROM (SELECT u.id FROM outbox AS u
+             WHERE u.id BETWEEN from_id AND to_id AND u.ordered AND u.seq IS NULL
+               AND u.txid = pg_current_xact_id()
+             ORDER BY u.id) AS m;
     RETURN NULL;
 END;
 $$;
@@ -248,98 +233,113 @@ BEGIN
 END;
 $$;
 
--- The relay's recovery lane: decides head, prev_seq and sent_seq of ordered
--- rows sequenced outside READ COMMITTED (head IS NULL), oldest first.
-CREATE FUNCTION outbox_resolve_heads(max_rows integer) RETURNS integer
+-- The relay, before each ordered claim: moves rows of outbox_sequenced into
+-- their events, lowest seq first (an aggregate's rows show in seq order),
+-- under the aggregates' locks, deciding prev_seq, head and sent_seq.
+-- after_seq is the caller's floor, below which no row is left: deleted rows
+-- stay in the index as dead entries while an old snapshot is held, and
+-- reading from the floor keeps the cost flat. seen_seq and seen_holders are
+-- the previous call's last seq drawn and the transactions then holding an
+-- aggregate's lock: once none of them runs, every seq up to seen_seq shows.
+CREATE FUNCTION outbox_decide_committed(max_rows integer, INOUT after_seq bigint, INOUT seen_seq bigint,
+                                        INOUT seen_holders text[], OUT decided integer)
     LANGUAGE plpgsql SECURITY DEFINER SET enable_seqscan = off AS $$
 DECLARE
-    ids bigint[]; n integer;
+    last_seq bigint := outbox_sequence_next('outbox_seq') - 1;
+    settled  boolean;
+    seqs     bigint[];
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'deciding heads needs read committed, not %', current_setting('transaction_isolation');
     END IF;
-    SELECT array_agg(u.id) INTO ids
-      FROM (SELECT u.id FROM outbox AS u WHERE u.ordered AND u.head IS NULL AND u.seq IS NOT NULL
-             ORDER BY u.id LIMIT max_rows) AS u;
-    IF ids IS NULL THEN RETURN 0; END IF;
-    PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox AS u WHERE u.id = ANY (ids)));
-    UPDATE outbox AS o
-       SET head     = (d.prev_seq IS NULL OR d.prev_status IN ('done', 'skipped')),
-           prev_seq = d.prev_seq,
-           sent_seq = CASE WHEN d.prev_seq IS NULL THEN NULL
-                           WHEN d.prev_status = 'done' THEN d.prev_seq
-                           WHEN d.prev_status = 'skipped' THEN d.prev_sent END,
-           txid     = pg_current_xact_id()
-      FROM (SELECT u.id, p.seq AS prev_seq, p.status AS prev_status, p.sent_seq AS prev_sent
-              FROM outbox AS u
+    decided := 0;
+    IF last_seq < after_seq THEN after_seq := 0; seen_seq := 0; END IF; -- outbox_seq went back: start over
+    settled := seen_seq > after_seq AND NOT EXISTS (
+        SELECT FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY (seen_holders));
+    seqs := ARRAY(SELECT s.seq FROM outbox_sequenced AS s WHERE s.seq > after_seq ORDER BY s.seq LIMIT max_rows);
+    IF cardinality(seqs) > 0 THEN
+        PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox_sequenced AS s
+                                               JOIN outbox AS u ON u.id = s.message_id WHERE s.seq = ANY (seqs)));
+        -- Read after the locks. A head is the first undelivered row taken of its
+        -- aggregate, p (the latest decided row below) done, skipped or none.
+        WITH taken AS (
+            DELETE FROM outbox_sequenced AS s WHERE s.seq = ANY (seqs) RETURNING s.seq, s.message_id
+        ), b AS (
+            SELECT u.id, u.aggregate_id, t.seq, lag(t.seq) OVER w AS before,
+                   u.status IN ('pending', 'processing', 'dead')
+                     AND count(*) FILTER (WHERE u.status IN ('pending', 'processing', 'dead')) OVER a = 0 AS first,
+                   max(t.seq) FILTER (WHERE u.status = 'done') OVER a AS delivered
+              FROM taken AS t JOIN outbox AS u ON u.id = t.message_id
+             WHERE u.ordered AND u.seq IS NULL
+            WINDOW w AS (PARTITION BY u.aggregate_id ORDER BY t.seq),
+                   a AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+        ), d AS (
+            SELECT b.id, b.seq, coalesce(b.before, p.seq) AS prev_seq,
+                   b.first AND (p.seq IS NULL OR p.status IN ('done', 'skipped')) AS head,
+                   coalesce(b.delivered, CASE WHEN p.status = 'done' THEN p.seq ELSE p.sent_seq END) AS sent_seq
+              FROM b
               LEFT JOIN LATERAL (
-                    SELECT p.seq, p.status, p.sent_seq
-                      FROM outbox AS p
-                     WHERE p.ordered AND p.seq IS NOT NULL
-                       AND p.aggregate_id = u.aggregate_id AND p.seq < u.seq
-                     ORDER BY p.aggregate_id, p.seq DESC LIMIT 1) AS p ON true
-             WHERE u.id = ANY (ids)) AS d
-     WHERE o.id = d.id AND o.head IS NULL;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
+                    SELECT q.seq, q.status, q.sent_seq
+                      FROM outbox AS q
+                     WHERE q.ordered AND q.seq IS NOT NULL AND q.aggregate_id = b.aggregate_id AND q.seq < b.seq
+                     ORDER BY q.aggregate_id, q.seq DESC LIMIT 1) AS p ON true
+        )
+        UPDATE outbox AS o
+           SET seq = d.seq, prev_seq = d.prev_seq, head = d.head,
+               sent_seq = CASE WHEN d.head THEN d.sent_seq END, txid = pg_current_xact_id()
+          FROM d
+         WHERE o.id = d.id;
+        GET DIAGNOSTICS decided = ROW_COUNT;
+    END IF;
+    IF settled AND (cardinality(seqs) < max_rows OR seqs[max_rows] >= seen_seq) THEN
+        after_seq := seen_seq;
+    END IF;
+    seen_seq := last_seq;
+    seen_holders := ARRAY(SELECT l.virtualtransaction FROM pg_catalog.pg_locks AS l
+                           WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.classid = 'outbox'::regclass::oid
+                             AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+                             AND l.pid <> pg_backend_pid());
 END;
+$$;
+
+-- outbox_decide_committed from no floor, for callers that keep none.
+CREATE FUNCTION outbox_resolve_heads(max_rows integer) RETURNS integer
+    LANGUAGE sql SECURITY DEFINER AS $$
+    SELECT d.decided FROM outbox_decide_committed(max_rows, 0, 0, '{}') AS d;
 $$;
 
 -- Sequences ordered rows that never got a seq (copied in without their
 -- COMMIT trigger: a restore, a logical copy), in id order, after every row
--- their aggregates already have.
+-- their aggregates already have; the relay then decides them as any other.
 CREATE FUNCTION outbox_repair_unsequenced(max_rows integer) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER SET enable_seqscan = off AS $$
 DECLARE
-    ids bigint[]; a record; prev record;
-    heads bigint[] := '{}'; aggs text[] := '{}'; last_seqs bigint[] := '{}'; last_sent bigint[] := '{}';
-    top bigint := 0; n integer;
+    ids bigint[]; top bigint; n integer;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'sequencing rows needs read committed, not %', current_setting('transaction_isolation');
     END IF;
-    ids := ARRAY(SELECT u.id FROM outbox AS u WHERE u.ordered AND u.seq IS NULL ORDER BY u.id LIMIT max_rows);
+    ids := ARRAY(SELECT u.id FROM outbox AS u WHERE u.ordered AND u.seq IS NULL
+                    AND NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.message_id = u.id)
+                  ORDER BY u.id LIMIT max_rows);
     IF cardinality(ids) = 0 THEN RETURN 0; END IF;
     PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox AS u WHERE u.id = ANY (ids)));
-    FOR a IN SELECT u.aggregate_id, min(u.id) FILTER (WHERE u.status NOT IN ('done', 'skipped')) AS first_id
-               FROM outbox AS u WHERE u.id = ANY (ids) AND u.ordered AND u.seq IS NULL GROUP BY u.aggregate_id
-    LOOP
-        SELECT p.id, p.status, p.seq, p.sent_seq INTO prev
-          FROM outbox AS p WHERE p.ordered AND p.seq IS NOT NULL AND p.aggregate_id = a.aggregate_id
-         ORDER BY p.aggregate_id, p.seq DESC LIMIT 1;
-        IF FOUND THEN
-            top := greatest(top, prev.seq);
-            aggs := aggs || a.aggregate_id;
-            last_seqs := last_seqs || prev.seq;
-            last_sent := last_sent || CASE WHEN prev.status = 'done' THEN prev.seq ELSE prev.sent_seq END;
-        END IF;
-        IF a.first_id IS NOT NULL AND (NOT FOUND OR prev.status IN ('done', 'skipped')) THEN
-            heads := heads || a.first_id;
-        END IF;
-    END LOOP;
-    -- The rows go after every row their aggregates have, even when
+    -- The rows go after every row their aggregates already have, even when
     -- outbox_seq is behind them (a copy that did not carry it).
+    top := (SELECT max(l.seq)
+              FROM (SELECT DISTINCT u.aggregate_id FROM outbox AS u WHERE u.id = ANY (ids)) AS a
+             CROSS JOIN LATERAL (SELECT p.seq FROM outbox AS p
+                                  WHERE p.ordered AND p.seq IS NOT NULL AND p.aggregate_id = a.aggregate_id
+                                  ORDER BY p.aggregate_id, p.seq DESC LIMIT 1) AS l);
     IF top >= outbox_sequence_next('outbox_seq') THEN
         PERFORM setval('outbox_seq', top);
     END IF;
-    UPDATE outbox AS o
-       SET seq      = s.seq,
-           prev_seq = coalesce(s.before, l.last_seq),
-           head     = o.id = ANY (heads),
-           sent_seq = CASE WHEN o.id = ANY (heads) THEN coalesce(s.delivered, l.last_sent) END,
-           txid     = pg_current_xact_id()
-      FROM (SELECT n.id, n.aggregate_id, n.seq,
-                   lag(n.seq) OVER w AS before,
-                   max(n.seq) FILTER (WHERE n.status = 'done') OVER w AS delivered
-              FROM (SELECT m.id, m.aggregate_id, m.status, nextval('outbox_seq') AS seq
-                      FROM (SELECT u.id, u.aggregate_id, u.status
-                              FROM outbox AS u
-                             WHERE u.id = ANY (ids) AND u.ordered AND u.seq IS NULL
-                             ORDER BY u.id) AS m) AS n
-            WINDOW w AS (PARTITION BY n.aggregate_id ORDER BY n.seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS s
-      LEFT JOIN unnest(aggs, last_seqs, last_sent) AS l (aggregate_id, last_seq, last_sent)
-             ON l.aggregate_id = s.aggregate_id
-     WHERE o.id = s.id AND o.seq IS NULL;
+    INSERT INTO outbox_sequenced (seq, message_id)
+    SELECT nextval('outbox_seq'), m.id
+      FROM (SELECT u.id FROM outbox AS u
+             WHERE u.id = ANY (ids) AND u.ordered AND u.seq IS NULL
+               AND NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.message_id = u.id)
+             ORDER BY u.id) AS m;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END;
@@ -361,6 +361,7 @@ BEGIN
     IF scan_all OR top_seq >= outbox_sequence_next('outbox_seq') THEN
         top_seq := (SELECT max(o.seq) FROM outbox AS o WHERE o.ordered);
     END IF;
+    top_seq := greatest(top_seq, (SELECT max(s.seq) FROM outbox_sequenced AS s));
     next_id := outbox_sequence_next(ids);
     IF top_id >= next_id THEN
         behind := behind + 1;
@@ -441,7 +442,7 @@ DECLARE
 BEGIN
     FOREACH f IN ARRAY ARRAY['outbox_lock_aggregates'::regproc, 'outbox_sequence_next'::regproc,
             'outbox_commit_order'::regproc, 'outbox_head_handoff'::regproc, 'outbox_resolve_heads'::regproc,
-            'outbox_repair_unsequenced'::regproc, 'outbox_repair_sequences'::regproc,
+            'outbox_decide_committed'::regproc, 'outbox_repair_unsequenced'::regproc, 'outbox_repair_sequences'::regproc,
             'outbox_delivered_add'::regproc, 'outbox_delivered_rebuild'::regproc] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_catalog, pg_temp', f, nsp);
     END LOOP;

@@ -149,14 +149,34 @@ func (b *bundle) claimOrdered(t *testing.T, owner string, batch int) []claimed {
 	return rows
 }
 
+// decide moves the seq every ordered event drew at COMMIT into the event
+// and decides its head (OutboxDecideCommitted), as the relay does before each
+// ordered claim.
+func (b *bundle) decide(t *testing.T) {
+	t.Helper()
+	if _, err := decideFromStart(context.Background(), b.q, 100000); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// decideFromStart runs OutboxDecideCommitted from no floor: it decides up
+// to n ordered events committed and not decided yet, lowest seq first.
+func decideFromStart(ctx context.Context, q *db.Queries, n int32) (int32, error) {
+	r, err := q.OutboxDecideCommitted(ctx, db.OutboxDecideCommittedParams{MaxRows: n, SeenHolders: []string{}})
+	if err != nil {
+		return 0, err
+	}
+	return r.Decided, nil
+}
+
 // claimOrderedWith claims ordered heads as the dispatcher's lanes do: an
 // expired lease first and alone (OutboxClaimExpired, ordered rows), else
 // every claimable head up to batch from a cursor that has handed out
 // nothing yet (OutboxClaimOrderedWindow over the window from the empty
-// snapshot to now), after deciding the heads REPEATABLE READ producers left
-// undecided (OutboxResolveHeads), as the recovery lane does.
+// snapshot to now), after deciding the ordered events committed
+// (OutboxDecideCommitted), as the relay does before each ordered claim.
 func claimOrderedWith(ctx context.Context, q *db.Queries, owner string, batch int) ([]claimed, error) {
-	if _, err := q.OutboxResolveHeads(ctx, 1000); err != nil {
+	if _, err := decideFromStart(ctx, q, 1000); err != nil {
 		return nil, err
 	}
 	expired, err := q.OutboxClaimExpired(ctx, db.OutboxClaimExpiredParams{

@@ -363,6 +363,7 @@ func TestOrderedClaim_CopyIsSequencedAtCommitInInsertionOrder(t *testing.T) {
 		t.Fatalf("sequenced before COMMIT: %d (%v), want 0", sequenced, err)
 	}
 	commit(t, tx)
+	b.decide(t)
 	type r struct {
 		N       int
 		Ordered bool
@@ -444,6 +445,7 @@ func TestOrderedClaim_OppositeAggregateOrdersDoNotDeadlockAtCommit(t *testing.T)
 			t.Fatalf("commit: %v", err)
 		}
 	}
+	b.decide(t)
 	var events, unsequenced int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE seq IS NULL) FROM outbox`).Scan(&events, &unsequenced); err != nil {
 		t.Fatal(err)
@@ -499,6 +501,7 @@ func TestOrderedClaim_ImmediateModeDeadlockAbortsOneTransactionWhole(t *testing.
 	if deadlocks != 1 || ok != 1 {
 		t.Fatalf("deadlocks %d, commits %d; want one of each", deadlocks, ok)
 	}
+	b.decide(t)
 	var survivor string
 	var events, unsequenced int
 	if err := b.pool.QueryRow(ctx, `SELECT (SELECT string_agg(tx, ',') FROM business),
@@ -522,7 +525,7 @@ func TestOrderedClaim_ImmediateModeSequencesEveryStatementAndHoldsTheLock(t *tes
 	exec(t, t1, `SET CONSTRAINTS ALL IMMEDIATE`)
 	a1 := insertOrdered(t, t1, "A")
 	var seq1 *int64
-	if err := t1.QueryRow(ctx, `SELECT seq FROM outbox WHERE id = $1`, a1).Scan(&seq1); err != nil || seq1 == nil {
+	if err := t1.QueryRow(ctx, `SELECT seq FROM outbox_sequenced WHERE message_id = $1`, a1).Scan(&seq1); err != nil || seq1 == nil {
 		t.Fatalf("not sequenced at the end of its statement: %v %v", seq1, err)
 	}
 	t2 := begin(t, b)
@@ -639,6 +642,7 @@ func TestOrderedClaim_DeadHeadBlocksOnlyItsAggregate(t *testing.T) {
 	}
 	// A stalled (not dead) head is reported past the threshold too.
 	b.seedOrdered(t, 1, "slow")
+	b.decide(t)
 	if _, err := b.pool.Exec(ctx, `UPDATE outbox SET created_at = now() - interval '2 hours' WHERE aggregate_id = 'slow'`); err != nil {
 		t.Fatal(err)
 	}
@@ -675,6 +679,7 @@ func TestOrderedClaim_ExplicitIdsOutOfOrderAreAllSequenced(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	b.decide(t)
 	var unsequenced int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE ordered AND seq IS NULL`).Scan(&unsequenced); err != nil || unsequenced != 0 {
 		t.Fatalf("%d ordered rows left unsequenced (%v), want 0", unsequenced, err)

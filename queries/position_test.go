@@ -23,8 +23,8 @@ type pos struct {
 	Seq, Prev, Sent int64
 }
 
-// drainPositions claims with OutboxClaimOrderedWindow (from a fresh cursor
-// each time) and finalizes done until
+// drainPositions decides the events committed and claims with
+// OutboxClaimOrderedWindow (from a fresh cursor each time) and finalizes done until
 // nothing is claimable, and returns per aggregate the positions in the
 // order they were handed out; a claimed id in skip is sent to dead and
 // skipped instead of done.
@@ -33,6 +33,7 @@ func drainPositions(t *testing.T, b *bundle, skip map[int64]bool) map[string][]p
 	ctx := context.Background()
 	out := map[string][]pos{}
 	for {
+		b.decide(t) // as the relay does before each ordered claim
 		snap, err := b.q.OutboxClaimSnapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -65,6 +66,7 @@ func drainPositions(t *testing.T, b *bundle, skip map[int64]bool) map[string][]p
 // seqOf reads the seq of each id.
 func seqOf(t *testing.T, b *bundle, ids ...int64) []int64 {
 	t.Helper()
+	b.decide(t)
 	out := make([]int64, len(ids))
 	for i, id := range ids {
 		if err := b.pool.QueryRow(context.Background(), `SELECT seq FROM outbox WHERE id = $1`, id).Scan(&out[i]); err != nil {
@@ -137,9 +139,8 @@ func TestPosition_SkippedPredecessorCarriesTheLastDelivered(t *testing.T) {
 	}
 }
 
-// A REPEATABLE READ producer cannot read its aggregate's latest row at
-// COMMIT: its first row's predecessor is stamped with the head decision
-// (OutboxResolveHeads), the rest at COMMIT.
+// A REPEATABLE READ producer's rows take the same path as any: seq at
+// COMMIT, the rest when the relay decides them (OutboxDecideCommitted).
 func TestPosition_RepeatableReadProducersAreStampedWhenDecided(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -152,8 +153,8 @@ func TestPosition_RepeatableReadProducersAreStampedWhenDecided(t *testing.T) {
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
 	rr := []int64{insertOrdered(t, tx, "A"), insertOrdered(t, tx, "A")}
 	commit(t, tx)
-	if n, err := b.q.OutboxResolveHeads(ctx, 100); err != nil || n != 1 {
-		t.Fatalf("resolve heads: %d %v", n, err)
+	if n, err := decideFromStart(ctx, b.q, 100); err != nil || n != 3 {
+		t.Fatalf("resolve heads: %d %v, want the 3 rows committed", n, err)
 	}
 	all := append(a0, rr...)
 	if diff := cmp.Diff(map[string][]pos{"A": chain(all, seqOf(t, b, all...))}, drainPositions(t, b, nil)); diff != "" {

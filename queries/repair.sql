@@ -65,14 +65,19 @@ SELECT outbox_repair_unsequenced(@max_rows::integer)::integer AS sequenced;
 SELECT outbox_repair_sequences(@check_only::boolean, @scan_all::boolean)::integer AS behind;
 
 -- OutboxPortability counts, up to @cap each, what the queries above would
--- repair: ordered rows never sequenced, pending rows and heads with a txid
+-- repair: ordered rows never sequenced (no seq, and none waiting in
+-- outbox_sequenced for the relay to decide), pending rows and heads with a txid
 -- this server has not assigned, and sequences behind the rows.
 -- Lock strategy: none.
--- Indexes: outbox_ordered_unresolved, outbox_pending_txid,
--- outbox_ordered_txid, the primary key.
+-- Indexes: outbox_ordered_unresolved (and outbox_sequenced, a few rows,
+-- read whole), outbox_pending_txid, outbox_ordered_txid, the primary key.
 -- Always one row (all 0: nothing to repair).
 -- name: OutboxPortability :one
-SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox AS u WHERE u.ordered AND u.seq IS NULL LIMIT @cap::integer) AS u) AS unsequenced,
+SELECT (SELECT count(*)
+          FROM (SELECT 1 FROM outbox AS u
+                 WHERE u.ordered AND u.seq IS NULL
+                   AND NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.message_id = u.id)
+                 LIMIT @cap::integer) AS u) AS unsequenced,
        (SELECT count(*)
           FROM ((SELECT 1
                    FROM outbox AS p

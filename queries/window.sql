@@ -445,19 +445,43 @@ UPDATE outbox AS o
            FOR UPDATE SKIP LOCKED))
 RETURNING o.id, o.lease_version, o.attempts, o.ordered;
 
--- OutboxResolveHeads decides the head flag of up to @max_rows rows that
--- REPEATABLE READ or SERIALIZABLE producers left undecided (head IS NULL;
--- see migration 00005): a row is its aggregate's head when the aggregate's
--- previous row (the highest seq below its own, any status) is done, or there
--- is none — the COMMIT-time rule, under the same per-aggregate advisory
--- locks, read after taking them (in the function outbox_resolve_heads, since
--- one statement cannot read after its own locks). Run it read committed: the
--- dispatcher's recovery lane does, every ReapInterval.
--- Lock strategy: pg_advisory_xact_lock per aggregate, in key order.
--- Indexes: outbox_ordered_unresolved, outbox_ordered_seq (one backward step).
--- Returns the rows decided; 0 is the normal case.
--- name: OutboxResolveHeads :one
-SELECT outbox_resolve_heads(@max_rows::integer)::integer AS decided;
+-- OutboxDecideCommitted moves the seq each ordered event drew at its
+-- producer's COMMIT (its row in outbox_sequenced) into the event and
+-- decides the event's head, prev_seq and sent_seq: a row is its aggregate's
+-- head when its previous row (the highest seq below its own) is done or
+-- skipped, or there is none. Up to @max_rows rows, lowest seq first, under
+-- the aggregates' advisory locks, read after taking them (in the function
+-- outbox_decide_committed, since one statement cannot read after its own
+-- locks). Decided rows are stamped with this transaction's txid, so the
+-- ordered cursor sees a new head as new. The dispatcher runs it right
+-- before each ordered claim and on every recovery pass, read committed.
+-- @after_seq, @seen_seq, @seen_holders and @server are what the previous
+-- call returned (0, 0, {} and '' the first time): the read starts above the
+-- floor @after_seq, so under a long-held snapshot it does not step over the
+-- dead entries of every row decided since. On another server than
+-- @server's (as OutboxClaimSnapshot tells them: a restart, a failover, a
+-- restored copy) or once outbox_seq went back, the floor starts over: seqs
+-- below it may be handed out again.
+-- Lock strategy: pg_advisory_xact_lock per aggregate, in key order; the
+-- rows of outbox_sequenced are taken by DELETE (one another relay took
+-- first is passed).
+-- Indexes: outbox_sequenced_pkey (from the floor), outbox_ordered_seq (one
+-- backward step per row).
+-- Always one row; decided is 0 when nothing was committed since.
+-- name: OutboxDecideCommitted :one
+WITH here AS (
+    SELECT concat_ws('/', (pg_control_system()).system_identifier,
+                     CASE WHEN pg_is_in_recovery() THEN 'recovery' ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END,
+                     extract(epoch FROM pg_postmaster_start_time()),
+                     extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time()))::text AS server
+)
+SELECT d.decided::integer AS decided, d.after_seq::bigint AS after_seq, d.seen_seq::bigint AS seen_seq,
+       d.seen_holders::text[] AS seen_holders, here.server::text AS server
+  FROM here
+ CROSS JOIN LATERAL outbox_decide_committed(@max_rows::integer,
+        CASE WHEN here.server = @server::text THEN @after_seq::bigint ELSE 0 END,
+        CASE WHEN here.server = @server::text THEN @seen_seq::bigint ELSE 0 END,
+        @seen_holders::text[]) AS d;
 
 -- OutboxRepairHeads flags the head of every aggregate whose first
 -- undelivered row (seq order) is not flagged: a safety net for heads lost

@@ -19,6 +19,10 @@ import (
 func (w *windowClaimer) claimOrdered(t *testing.T, batch int) []*db.OutboxClaimOrderedWindowRow {
 	t.Helper()
 	ctx := context.Background()
+	// As the relay does before each ordered claim.
+	if _, err := decideFromStart(ctx, w.q, 1000); err != nil {
+		t.Fatal(err)
+	}
 	pre, err := w.q.OutboxClaimSnapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +119,9 @@ func TestClaimOrderedWindow_WorkDoesNotGrowWithRowsProcessedUnderAHeldSnapshot(t
 		}
 		// Probe: one new event in each of 20 aggregates, claimed by each query.
 		insertOrderedRows(t, b, 20, 1)
+		if _, err := decideFromStart(ctx, wq, 1000); err != nil {
+			t.Fatal(err)
+		}
 		pre, err := wq.OutboxClaimSnapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -230,7 +237,7 @@ func TestClaimOrderedWindow_HeadsUnderConcurrentProducersAndEveryOutcome(t *test
 			rows.Close()
 			t.Fatalf("not drained within 60s; cursor %s after (%d,%d) due after %s", w.snapshot, w.afterTxid, w.afterID, w.dueAfter)
 		}
-		if _, err := b.q.OutboxResolveHeads(ctx, 1000); err != nil {
+		if _, err := decideFromStart(ctx, b.q, 1000); err != nil {
 			t.Fatal(err)
 		}
 		rows := w.claimOrdered(t, 4)

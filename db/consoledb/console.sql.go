@@ -83,8 +83,8 @@ type OutboxConsoleBlockedRow struct {
 // late. For each aggregate shown, its backlog and oldest undelivered
 // message come from outbox_ordered_head alone (INCLUDE columns, 00006), and
 // the head's event type, attempts and error from the primary key.
-// Heads whose flag is still undecided (head IS NULL: REPEATABLE READ
-// producers, decided by the dispatcher within ReapInterval) are not listed.
+// Events committed and not decided yet (the dispatcher decides them before
+// each ordered claim: they wait in outbox_sequenced) are not listed.
 // Index: outbox_ordered_dead_head, outbox_ordered_txid, outbox_leased, then
 // outbox_ordered_head and the primary key for at most @max_rows aggregates.
 // Lock strategy: none (a read; no row locks).

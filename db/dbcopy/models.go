@@ -65,3 +65,8 @@ type OutboxRelay struct {
 	LastFinalizeAt *time.Time `json:"last_finalize_at"`
 	StoppedAt      *time.Time `json:"stopped_at"`
 }
+
+type OutboxSequenced struct {
+	Seq       int64 `json:"seq"`
+	MessageID int64 `json:"message_id"`
+}

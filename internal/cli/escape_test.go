@@ -75,6 +75,7 @@ func TestDeadListAndStats_ShowHostileValuesEscapedAndJSONExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.exec(t, `SELECT outbox_resolve_heads(100)`) // as a relay does before its ordered claims
 	d.exec(t, `UPDATE outbox SET status = 'dead', attempts = 12, last_error = $2 WHERE id = $1`, id, hostileError)
 
 	for _, args := range [][]string{{"dead", "list"}, {"stats"}} {

@@ -197,6 +197,11 @@ func (d *testDB) enqueue(t *testing.T, n int, eventType, agg string, ordered boo
 	if err != nil {
 		t.Fatal(err)
 	}
+	if ordered {
+		// What a relay does before its next ordered claim: the events get
+		// their seq and heads.
+		d.exec(t, `SELECT outbox_resolve_heads($1)`, n)
+	}
 	return ids
 }
 

@@ -43,7 +43,7 @@ func TestInit_DirOfTheAppsDbFolder(t *testing.T) {
 			t.Errorf("pgoutbox's queries: %v", err)
 		}
 		// The app's own sqlc entry reads db/migrations: init says what it gains.
-		mustContain(t, r, "stderr", "its package gains four types, the tables' models HrOutbox, HrOutboxAttempt, HrOutboxDelivered and HrOutboxRelay (no query, no DBTX method)")
+		mustContain(t, r, "stderr", "its package gains five types, the tables' models HrOutbox, HrOutboxAttempt, HrOutboxDelivered, HrOutboxRelay and HrOutboxSequenced (no query, no DBTX method)")
 	}
 }
 

@@ -389,6 +389,12 @@ func run() error {
 	if err := otx.Commit(ctx); err != nil {
 		return fmt.Errorf("ordered commit: %w", err)
 	}
+	// The relay decides the events committed before each ordered claim.
+	if _, err := q.BillingOutboxDecideCommitted(ctx, billingoutbox.BillingOutboxDecideCommittedParams{
+		MaxRows: 100, SeenHolders: []string{},
+	}); err != nil {
+		return fmt.Errorf("decide committed: %w", err)
+	}
 	snap, err := q.BillingOutboxClaimSnapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("claim snapshot: %w", err)

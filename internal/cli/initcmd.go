@@ -546,8 +546,8 @@ func (a *app) initCmd(_ context.Context, args []string) error {
 		fmt.Fprintln(a.stderr, `sqlc.yaml: add the entry printed on stdout as an item under "sql:" (or pass --sqlc-config sqlc.yaml and init adds it).`)
 	}
 	if !ownFolder && !*upgrade {
-		fmt.Fprintf(a.stderr, "note: an sqlc entry of yours whose schema is the folder %s now also sees the tables %s, %s_attempts, %s_delivered and %s_relays: its package gains four types, the tables' models %s, %sAttempt, %sDelivered and %sRelay (no query, no DBTX method). To keep your package as it is, list your own files in that entry's schema, or use a folder of their own (leave out --migrations-dir).\n",
-			relMig, r.Qualified(), r.Qualified(), r.Qualified(), r.Qualified(), r.Camel(), r.Camel(), r.Camel(), r.Camel())
+		fmt.Fprintf(a.stderr, "note: an sqlc entry of yours whose schema is the folder %s now also sees the tables %s, %s_attempts, %s_delivered, %s_relays and %s_sequenced: its package gains five types, the tables' models %s, %sAttempt, %sDelivered, %sRelay and %sSequenced (no query, no DBTX method). To keep your package as it is, list your own files in that entry's schema, or use a folder of their own (leave out --migrations-dir).\n",
+			relMig, r.Qualified(), r.Qualified(), r.Qualified(), r.Qualified(), r.Qualified(), r.Camel(), r.Camel(), r.Camel(), r.Camel(), r.Camel())
 	}
 
 	runFlags := "--table " + *table

@@ -14,8 +14,8 @@ func (a *app) repair(ctx context.Context, args []string) error {
 			"pg_restore, or copied by logical replication, from a server further on) are re-stamped so\n"+
 			"that relays claim them; ordered messages inserted with the table's triggers off (a logical\n"+
 			"replication apply, pg_restore --disable-triggers) are sequenced in id order; the id and seq\n"+
-			"sequences are moved past the rows (logical replication does not copy sequences); undecided\n"+
-			"and missing heads of ordered aggregates are decided. Run it on the new server after a\n"+
+			"sequences are moved past the rows (logical replication does not copy sequences); ordered\n"+
+			"messages committed and not decided yet get their heads, and missing heads are flagged. Run it on the new server after a\n"+
 			"restore or a logical replication cutover, before producers write to it. Safe at any time;\n"+
 			"run again, it finds nothing.",
 		"  pgoutbox repair\n"+
@@ -44,7 +44,7 @@ func (a *app) repair(ctx context.Context, args []string) error {
 		{rep.Restamped, "pending messages re-stamped with a txid of this server"},
 		{rep.Sequenced, "ordered messages sequenced (inserted with triggers off)"},
 		{rep.SequencesMoved, "sequences moved past the rows"},
-		{rep.HeadsDecided, "undecided heads decided"},
+		{rep.HeadsDecided, "ordered events decided"},
 		{rep.HeadsFlagged, "aggregates given their missing head"},
 	} {
 		if l.n > 0 {

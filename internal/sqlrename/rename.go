@@ -81,7 +81,7 @@ func derived(w string) bool {
 // OutboxTables are the tables of the outbox's migrations: the outbox and
 // the tables beside it, named after it. With a schema, code that names one
 // of them is qualified, as it is for the outbox itself.
-var OutboxTables = []string{"outbox", "outbox_attempts", "outbox_delivered", "outbox_relays"}
+var OutboxTables = []string{"outbox", "outbox_attempts", "outbox_delivered", "outbox_relays", "outbox_sequenced"}
 
 // isOutboxTable reports whether w names one of OutboxTables.
 func isOutboxTable(w string) bool {
