@@ -138,7 +138,7 @@ func TestMoved_OrderedRowsInsertedWithTriggersOffAreSequencedAndDelivered(t *tes
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	before := b.enqueue(t, 1, "agg", true) // sequenced, the aggregate's head
+	before := b.enqueue(t, 1, "agg", true)                                          // sequenced, the aggregate's head
 	if _, err := b.pool.Exec(ctx, "SELECT outbox_resolve_heads(100)"); err != nil { // as a relay does
 		t.Fatal(err)
 	}
