@@ -43,21 +43,27 @@ func (d *Dispatcher) decideCommitted(ctx context.Context) error {
 }
 
 // decideStep runs one OutboxDecideCommitted on q from the dispatcher's
-// floor and keeps the floor it returns.
+// floor and keeps the floor it returns. The lock is not held across the
+// statement: the claim loop and the recovery lane may each hold a pool
+// connection while the other waits for one (a fleet's pools have two).
+// Each call's result is a floor that held when it was read, and stays true
+// on that server, so whichever lands last is kept.
 func (d *Dispatcher) decideStep(ctx context.Context, q *db.Queries) (int32, error) {
 	f := &d.decided
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	holders := f.holders
-	if holders == nil {
-		holders = []string{}
+	arg := db.OutboxDecideCommittedParams{MaxRows: int32(sweepRows), AfterSeq: f.after, SeenSeq: f.seen,
+		SeenHolders: f.holders, Server: f.server}
+	f.mu.Unlock()
+	if arg.SeenHolders == nil {
+		arg.SeenHolders = []string{}
 	}
-	r, err := q.OutboxDecideCommitted(ctx, db.OutboxDecideCommittedParams{
-		MaxRows: int32(sweepRows), AfterSeq: f.after, SeenSeq: f.seen, SeenHolders: holders, Server: f.server})
+	r, err := q.OutboxDecideCommitted(ctx, arg)
 	if err != nil {
 		return 0, err
 	}
+	f.mu.Lock()
 	f.after, f.seen, f.holders, f.server = r.AfterSeq, r.SeenSeq, r.SeenHolders, r.Server
+	f.mu.Unlock()
 	return r.Decided, nil
 }
 

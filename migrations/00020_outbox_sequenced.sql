@@ -104,17 +104,17 @@ $$;
 -- +goose StatementBegin
 CREATE FUNCTION outbox_decide_committed(max_rows integer, INOUT after_seq bigint, INOUT seen_seq bigint,
                                         INOUT seen_holders text[], OUT decided integer)
-    LANGUAGE plpgsql SECURITY DEFINER SET enable_seqscan = off AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET enable_seqscan = off SET jit = off AS $$
 DECLARE
-    last_seq bigint := outbox_sequence_next('outbox_seq') - 1;
-    settled  boolean;
-    seqs     bigint[];
+    last_seq bigint := coalesce(pg_sequence_last_value('outbox_seq'), 0);
+    settled  boolean; seqs bigint[];
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'deciding heads needs read committed, not %', current_setting('transaction_isolation');
     END IF;
     decided := 0;
     IF last_seq < after_seq THEN after_seq := 0; seen_seq := 0; END IF; -- outbox_seq went back: start over
+    IF NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.seq > after_seq) THEN RETURN; END IF;
     -- Every seq up to seen_seq shows once the transactions that held an
     -- aggregate's lock when it was read have ended.
     settled := seen_seq > after_seq AND NOT EXISTS (
@@ -179,7 +179,7 @@ $$;
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION outbox_repair_unsequenced(max_rows integer) RETURNS integer
-    LANGUAGE plpgsql SECURITY DEFINER SET enable_seqscan = off AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     ids bigint[]; top bigint; n integer;
 BEGIN
@@ -187,7 +187,7 @@ BEGIN
         RAISE EXCEPTION 'sequencing rows needs read committed, not %', current_setting('transaction_isolation');
     END IF;
     ids := ARRAY(SELECT u.id FROM outbox AS u WHERE u.ordered AND u.seq IS NULL
-                    AND NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.message_id = u.id)
+                    AND NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.seq > 0 AND s.message_id = u.id)
                   ORDER BY u.id LIMIT max_rows);
     IF cardinality(ids) = 0 THEN RETURN 0; END IF;
     PERFORM outbox_lock_aggregates(ARRAY(SELECT u.aggregate_id FROM outbox AS u WHERE u.id = ANY (ids)));
@@ -205,7 +205,7 @@ BEGIN
     SELECT nextval('outbox_seq'), m.id
       FROM (SELECT u.id FROM outbox AS u
              WHERE u.id = ANY (ids) AND u.ordered AND u.seq IS NULL
-               AND NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.message_id = u.id)
+               AND NOT EXISTS (SELECT FROM outbox_sequenced AS s WHERE s.seq > 0 AND s.message_id = u.id)
              ORDER BY u.id) AS m;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;

@@ -70,6 +70,7 @@ func TestDecideCommitted_FloorWaitsForATransactionThatDrewASeq(t *testing.T) {
 	if seq != aSeq || !aHead || !bHead {
 		t.Fatalf("A's event: seq %d head %v, want %d and head; B's event head %v", seq, aHead, aSeq, bHead)
 	}
+	b.seedOrdered(t, 1, "C")
 	f.decide(t, b.q)
 	if f.after < aSeq {
 		t.Fatalf("floor %d, want it past the seqs decided (%d)", f.after, aSeq)
@@ -113,7 +114,6 @@ func TestDecideCommitted_WorkDoesNotGrowUnderAHeldSnapshot(t *testing.T) {
 			}
 		}
 		f.decide(t, wq)
-		f.decide(t, wq) // the floor passes everything decided
 		// Nothing left to decide: what each call reads is the index.
 		fromFloor = statementWork(t, worker.Conn(), call, f.after, f.seen, f.holders)
 		fromStart = statementWork(t, worker.Conn(), call, 0, 0, []string{})
@@ -142,9 +142,9 @@ func TestDecideCommitted_FloorStartsOverOnAnotherServerOrASequenceSetBack(t *tes
 	if n := f.decide(t, b.q); n != 3 {
 		t.Fatalf("decided %d, want 3", n)
 	}
-	f.decide(t, b.q)
-	if f.after < 3 {
-		t.Fatalf("floor %d, want past the 3 seqs decided", f.after)
+	b.seedOrdered(t, 1, "A")
+	if n := f.decide(t, b.q); n != 1 || f.after < 3 {
+		t.Fatalf("decided %d, floor %d; want 1 and the floor past the 3 seqs decided before", n, f.after)
 	}
 	moved := f
 	moved.server = "another server"
